@@ -1,0 +1,3 @@
+from nmt.cli import app
+
+app()

@@ -1,0 +1,77 @@
+"""Checkpoint files: one self-contained file with config, weights and tokenizer bytes.
+
+Only plain types are stored, so loading uses `torch.load(weights_only=True)`; writes are atomic.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.config import Config, config_from_dict
+from nmt.data.tokenizer import TokenizerPair
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write
+from nmt.model.seq2seq import Seq2Seq
+
+FORMAT_VERSION = 1
+BEST, LAST = "best.pt", "last.pt"
+
+
+@dataclass
+class LoadedModel:
+    config: Config
+    model: Seq2Seq
+    tokenizers: TokenizerPair
+    state: dict[str, Any]  # the whole checkpoint dict (step, optimiser state, ...)
+
+
+def save_checkpoint(path: Path, cfg: Config, model: Seq2Seq, tok: TokenizerPair, **extra: Any) -> None:
+    state = {
+        "format_version": FORMAT_VERSION,
+        "config": cfg.to_dict(),
+        "model": model.state_dict(),
+        "tokenizers": tok.to_state(),
+        **extra,
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A run directory means its best checkpoint (or last, if no validation has run yet)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (BEST, LAST):
+            if (path / "checkpoints" / name).is_file():
+                return path / "checkpoints" / name
+        raise NMTError(f"{path}: run directory has no checkpoints/{BEST} or checkpoints/{LAST}")
+    if not path.is_file():
+        raise NMTError(f"{path}: checkpoint not found")
+    return path
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
+    path = resolve_checkpoint(path)
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # torch raises many types for a file that is not a checkpoint
+        raise NMTError(f"{path}: not an nmt checkpoint ({type(e).__name__})") from None
+    if not isinstance(state, dict) or "format_version" not in state:
+        raise NMTError(f"{path}: not an nmt checkpoint")
+    if state["format_version"] != FORMAT_VERSION:
+        raise NMTError(
+            f"{path}: checkpoint format {state['format_version']} is not supported by this nmt "
+            f"(format {FORMAT_VERSION}); use the nmt version that wrote it"
+        )
+    cfg = config_from_dict(state["config"], source=str(path))
+    tok = TokenizerPair.from_state(state["tokenizers"])
+    model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    return LoadedModel(cfg, model, tok, state)

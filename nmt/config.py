@@ -1,0 +1,276 @@
+"""YAML configs mapped onto typed dataclasses, with `--set section.key=value` overrides.
+
+Every key is checked: an unknown key, a value of the wrong type or a missing required field is
+an `NMTError` naming the file and the dotted key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from nmt.errors import NMTError
+
+BUILTIN_DIR = Path(__file__).parent / "configs"
+
+AttentionType = Literal[
+    "none", "dot", "scaled_dot", "general", "concat", "bahdanau", "local_m", "local_p", "multihead"
+]
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel text comes from.
+
+    `format: text` reads `{dir}/{split}.{lang}` (one sentence a line), where `split` is the value
+    of `train`/`valid`/`test`. `format: hf` goes through `datasets.load_dataset(hf_path, hf_name,
+    data_files=hf_data_files)` and takes those values as split names.
+    """
+
+    src_lang: str
+    tgt_lang: str
+    format: Literal["text", "hf"] = "text"
+    dir: str = "data"
+    train: str = "train"
+    valid: str = "valid"
+    test: str = "test"
+    hf_path: str = ""
+    hf_name: str | None = None
+    hf_data_files: dict[str, str] | None = None
+    max_len: int = 100  # training pairs with more subwords on either side are dropped
+
+
+@dataclass
+class TokenizerConfig:
+    type: Literal["unigram", "bpe", "char", "word"] = "unigram"
+    vocab_size: int = 8000
+    joint: bool = True  # one model for both sides (needed for tied embeddings across sides)
+    character_coverage: float = 1.0
+    num_threads: int = 2  # fixed on purpose: unigram pieces depend on the thread count
+
+
+@dataclass
+class EncoderConfig:
+    hidden: int = 256  # per direction; annotations h_j are 2 * hidden wide
+    layers: int = 1
+    dropout: float = 0.3  # between stacked layers
+
+
+@dataclass
+class DecoderConfig:
+    style: Literal["luong", "bahdanau"] = "luong"
+    hidden: int = 512
+    layers: int = 1
+    input_feeding: bool = False  # luong only: feed h~_{t-1} into the next step
+    bridge: Literal["none", "last", "linear", "backward"] = "linear"
+    output: Literal["linear", "maxout"] = "linear"  # bahdanau only: the deep-output layer
+    dropout: float = 0.3
+
+
+@dataclass
+class AttentionConfig:
+    type: AttentionType = "dot"
+    dim: int | None = None  # hidden size of additive scores; default: decoder hidden
+    bias: bool = False  # additive scores: bias inside the tanh
+    heads: int = 4  # multihead
+    window: int = 10  # local_m / local_p: D, the window is [p_t - D, p_t + D]
+    dropout: float = 0.0  # on the attention weights, training only
+
+
+@dataclass
+class ModelConfig:
+    embedding: int = 256
+    dropout: float = 0.3  # on embeddings and on the attentional/output vector
+    tie_embeddings: bool = False  # target embedding = output projection (needs equal sizes)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    batch_size: int = 64  # sentences
+    lr: float = 0.001
+    clip: float = 5.0  # max gradient norm
+    max_steps: int = 10000
+    max_epochs: int = 0  # 0: no limit
+    log_every: int = 50
+    valid_every: int = 500
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 1
+    batch_size: int = 64  # sentences
+    max_len: int = 200  # absolute cap on output tokens
+    max_len_ratio: float = 2.0  # and at most ratio * source length + 10
+    alpha: float = 0.0  # GNMT length penalty ((5+|Y|)/6)^alpha; 0 means raw log-prob
+
+
+@dataclass
+class Config:
+    data: DataConfig
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def builtin_configs() -> list[Path]:
+    return sorted(BUILTIN_DIR.glob("*.yaml"))
+
+
+def resolve_config_path(name: str | Path) -> Path:
+    """An existing path wins; otherwise a built-in config of that name (with or without .yaml)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (BUILTIN_DIR / path.name, BUILTIN_DIR / f"{path.name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(p.name for p in builtin_configs())
+    raise NMTError(f"{name}: config not found (not a file, nor a built-in config: {known})")
+
+
+def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
+    path = resolve_config_path(name)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise NMTError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise NMTError(f"{path}: the top level must be a mapping of sections")
+    for item in overrides or []:
+        apply_override(raw, item)
+    return config_from_dict(raw, source=str(path))
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
+    cfg = _build(Config, raw, source, "")
+    validate(cfg, source)
+    return cfg
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `section.key=value`; the value is parsed as YAML (so `3`, `true`, `[1, 2]` work)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise NMTError(f"--set {item}: expected section.key=value")
+    *parents, leaf = key.strip().split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise NMTError(f"--set {item}: {part} is not a section")
+    node[leaf] = yaml.safe_load(value)
+
+
+def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(raw, dict):
+        raise NMTError(f"{source}: {where}: expected a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise NMTError(f"{source}: {prefix}{unknown[0]}: unknown key (known: {', '.join(fields)})")
+    values = {}
+    for name, f in fields.items():
+        key = f"{prefix}{name}"
+        if name in raw:
+            values[name] = _convert(hints[name], raw[name], source, key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise NMTError(f"{source}: {key}: required key is missing")
+    return cls(**values)
+
+
+def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
+    """Check `value` against the annotation `tp` and return it (nested dataclasses built)."""
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, source, f"{key}.")
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Literal:
+        if value not in args:
+            raise NMTError(f"{source}: {key}: {value!r} is not one of {', '.join(map(str, args))}")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, source, key)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise NMTError(f"{source}: {key}: expected a mapping, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and (type(value) is not tp):
+        raise NMTError(f"{source}: {key}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def validate(cfg: Config, source: str) -> None:
+    """Cross-field checks that a type alone cannot express."""
+
+    def fail(key: str, why: str) -> None:
+        raise NMTError(f"{source}: {key}: {why}")
+
+    m, att, dec, enc = cfg.model, cfg.model.attention, cfg.model.decoder, cfg.model.encoder
+    for key, value in [
+        ("model.embedding", m.embedding),
+        ("model.encoder.hidden", enc.hidden),
+        ("model.encoder.layers", enc.layers),
+        ("model.decoder.hidden", dec.hidden),
+        ("model.decoder.layers", dec.layers),
+        ("train.batch_size", cfg.train.batch_size),
+        ("train.log_every", cfg.train.log_every),
+        ("train.valid_every", cfg.train.valid_every),
+        ("decode.beam", cfg.decode.beam),
+        ("decode.batch_size", cfg.decode.batch_size),
+        ("decode.max_len", cfg.decode.max_len),
+    ]:
+        if value < 1:
+            fail(key, f"must be at least 1, got {value}")
+    if cfg.tokenizer.vocab_size < 8:
+        fail("tokenizer.vocab_size", "must be at least 8")
+    memory = 2 * enc.hidden
+    if att.type in ("dot", "scaled_dot") and dec.hidden != memory:
+        fail(
+            "model.attention.type",
+            f"{att.type} needs decoder.hidden ({dec.hidden}) == 2 * encoder.hidden ({memory}); "
+            "use general, concat or bahdanau for different sizes",
+        )
+    if att.type == "multihead" and memory % att.heads:
+        fail("model.attention.heads", f"2 * encoder.hidden ({memory}) must divide by {att.heads}")
+    if att.type in ("local_m", "local_p") and att.window < 1:
+        fail("model.attention.window", "must be at least 1")
+    if att.type == "none" and dec.bridge == "none":
+        fail("model.decoder.bridge", "with attention none the decoder needs a bridge from the encoder")
+    if dec.bridge == "last" and (dec.hidden != memory or dec.layers != enc.layers):
+        fail(
+            "model.decoder.bridge",
+            "last needs decoder.hidden == 2 * encoder.hidden and equal layer counts; use linear",
+        )
+    if dec.input_feeding and dec.style != "luong":
+        fail("model.decoder.input_feeding", "input feeding belongs to the luong style")
+    if m.tie_embeddings and dec.style == "luong" and m.embedding != dec.hidden:
+        fail("model.tie_embeddings", f"needs model.embedding == decoder.hidden ({dec.hidden})")
+    if not 0 <= cfg.model.dropout < 1:
+        fail("model.dropout", "must be in [0, 1)")
+    if cfg.data.format == "hf" and not cfg.data.hf_path:
+        fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")

@@ -1,0 +1,96 @@
+"""SentencePiece, trained on the training split; the model bytes travel inside every checkpoint.
+
+Special ids are fixed for every model so the network never needs to ask the tokenizer:
+PAD=0, UNK=1, BOS=2, EOS=3.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+
+import sentencepiece as spm
+
+from nmt.config import TokenizerConfig
+from nmt.errors import NMTError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """One SentencePiece model: text <-> ids (no BOS/EOS added) and text -> pieces."""
+
+    def __init__(self, model_bytes: bytes):
+        self.model_bytes = model_bytes
+        self.sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def pieces(self, text: str) -> list[str]:
+        return self.sp.encode(text, out_type=str)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode([i for i in ids if i > EOS])
+
+    def id_to_piece(self, ids: Iterable[int]) -> list[str]:
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+
+def train_tokenizer(sentences: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    """Train in memory; returns a Tokenizer whose bytes can be stored anywhere."""
+    sentences = [s for s in sentences if s.strip()]
+    if not sentences:
+        raise NMTError("tokenizer: the training data has no non-empty sentence")
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            model_type=cfg.type,
+            vocab_size=cfg.vocab_size,
+            character_coverage=cfg.character_coverage,
+            num_threads=cfg.num_threads,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            hard_vocab_limit=False,  # small corpora (the toy task) may not fill the vocabulary
+            input_sentence_size=2_000_000,
+            shuffle_input_sentence=True,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise NMTError(f"tokenizer: SentencePiece training failed: {e}") from None
+    return Tokenizer(model.getvalue())
+
+
+class TokenizerPair:
+    """The source and target tokenizers (the same object when the model is joint)."""
+
+    def __init__(self, src: Tokenizer, tgt: Tokenizer):
+        self.src, self.tgt = src, tgt
+
+    @classmethod
+    def train(cls, pairs: list[tuple[str, str]], cfg: TokenizerConfig) -> TokenizerPair:
+        srcs = [s for s, _ in pairs]
+        tgts = [t for _, t in pairs]
+        if cfg.joint:
+            joint = train_tokenizer(srcs + tgts, cfg)
+            return cls(joint, joint)
+        return cls(train_tokenizer(srcs, cfg), train_tokenizer(tgts, cfg))
+
+    def to_state(self) -> dict[str, bytes]:
+        return {"src": self.src.model_bytes, "tgt": self.tgt.model_bytes}
+
+    @classmethod
+    def from_state(cls, state: dict[str, bytes]) -> TokenizerPair:
+        src = Tokenizer(state["src"])
+        tgt = src if state["tgt"] == state["src"] else Tokenizer(state["tgt"])
+        return cls(src, tgt)

@@ -1,0 +1,170 @@
+"""The two decoder step orders, kept apart because they are different models.
+
+- `LuongDecoder` (Luong 2015 §3): RNN step first, then attend with the new h_t, then the
+  attentional state h~_t = tanh(W_c [c_t; h_t]) and p(y_t) = softmax(W_s h~_t). With input
+  feeding (§3.3) h~_{t-1} joins the next input; without it, training runs the LSTM over the
+  whole target in one call and attends for all steps in one batched matmul.
+- `BahdanauDecoder` (Bahdanau 2015 §3.1, App. A): attend with the previous state s_{t-1} first,
+  then the RNN step on [y_{t-1}; c_t], then the output from [s_t; c_t; y_{t-1}] (linear or maxout).
+
+Both share `step()`, used by training and by every search, and `forward()` for teacher forcing.
+Decoder state lives in a `DecoderState` outside the module, so beams can reorder it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from nmt.config import ModelConfig
+from nmt.data.tokenizer import PAD
+from nmt.model.attention import build_attention
+
+
+@dataclass
+class Memory:
+    """Everything the decoder reads from the encoder, fixed for a whole search."""
+
+    memory: Tensor  # (B, S, M) annotations
+    mask: Tensor  # (B, S) True on real source positions
+    keys: Tensor  # (B, S, ...) attention.prepare(memory, mask)
+
+    def select(self, index: Tensor) -> Memory:
+        return Memory(self.memory[index], self.mask[index], self.keys[index])
+
+
+@dataclass
+class DecoderState:
+    h: Tensor  # (L, B, D)
+    c: Tensor  # (L, B, D)
+    feed: Tensor | None = None  # (B, D) h~_{t-1}, Luong input feeding only
+
+    def select(self, index: Tensor) -> DecoderState:
+        """Reorder (or expand) the batch by `index`: beams follow their back-pointers."""
+        feed = None if self.feed is None else self.feed[index]
+        return DecoderState(self.h[:, index], self.c[:, index], feed)
+
+
+class Decoder(nn.Module):
+    registry: ClassVar[dict[str, type[Decoder]]] = {}
+
+    def __init_subclass__(cls, name: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if name:
+            cls.registry[name] = cls
+
+    def __init__(self, vocab_size: int, memory_dim: int, cfg: ModelConfig):
+        super().__init__()
+        dec = cfg.decoder
+        self.hidden, self.layers = dec.hidden, dec.layers
+        self.embed = nn.Embedding(vocab_size, cfg.embedding, padding_idx=PAD)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.attention = build_attention(dec.hidden, memory_dim, cfg.attention)
+        self.rnn = nn.LSTM(
+            self.rnn_input_size(cfg, memory_dim),
+            dec.hidden,
+            num_layers=dec.layers,
+            batch_first=True,
+            dropout=dec.dropout if dec.layers > 1 else 0.0,
+        )
+
+    def rnn_input_size(self, cfg: ModelConfig, memory_dim: int) -> int:
+        raise NotImplementedError
+
+    def init_state(self, h0: Tensor, c0: Tensor) -> DecoderState:
+        return DecoderState(h0, c0)
+
+    def step(
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One target position: y_prev (B,) -> logits (B, V), new state, weights (B, S)."""
+        logits, state, weights = self.steps(y_prev[:, None], state, mem, t)
+        return logits.squeeze(1), state, weights.squeeze(1)
+
+    def steps(
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """y_prev (B, k) -> logits (B, k, V), new state, weights (B, k, S).
+
+        k > 1 only where the step order allows it (Luong without input feeding).
+        """
+        raise NotImplementedError
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
+        """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
+        logits, weights = [], []
+        for t in range(tgt_in.size(1)):
+            step_logits, state, step_weights = self.step(tgt_in[:, t], state, mem, t)
+            logits.append(step_logits)
+            weights.append(step_weights)
+        return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+class LuongDecoder(Decoder, name="luong"):
+    def __init__(self, vocab_size, memory_dim, cfg):
+        self.input_feeding = cfg.decoder.input_feeding
+        super().__init__(vocab_size, memory_dim, cfg)
+        self.W_c = nn.Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
+        self.W_s = nn.Linear(cfg.decoder.hidden, vocab_size)
+        self.output_layer = self.W_s
+
+    def rnn_input_size(self, cfg, memory_dim):
+        return cfg.embedding + (cfg.decoder.hidden if cfg.decoder.input_feeding else 0)
+
+    def init_state(self, h0, c0):
+        feed = h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
+        return DecoderState(h0, c0, feed)
+
+    def _attend(self, h: Tensor, mem: Memory, t: int) -> tuple[Tensor, Tensor, Tensor]:
+        """h (B, k, D) -> logits (B, k, V), h~ (B, k, D), weights (B, k, S)."""
+        context, weights = self.attention(h, mem.keys, mem.memory, mem.mask, step=t)
+        h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
+        return self.W_s(self.dropout(h_tilde)), h_tilde, weights  # eq. 6
+
+    def steps(self, y_prev, state, mem, t):
+        x = self.dropout(self.embed(y_prev))  # (B, k, E)
+        if self.input_feeding:
+            assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
+            x = torch.cat([x, state.feed[:, None]], dim=-1)
+        h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, k, D)
+        logits, h_tilde, weights = self._attend(h, mem, t)
+        feed = h_tilde[:, -1] if self.input_feeding else None
+        return logits, DecoderState(h_n, c_n, feed), weights
+
+    def forward(self, tgt_in, state, mem):
+        if self.input_feeding:
+            return super().forward(tgt_in, state, mem)
+        logits, _, weights = self.steps(tgt_in, state, mem, 0)  # whole target in one LSTM call
+        return logits, weights
+
+
+class BahdanauDecoder(Decoder, name="bahdanau"):
+    def __init__(self, vocab_size, memory_dim, cfg):
+        super().__init__(vocab_size, memory_dim, cfg)
+        self.maxout = cfg.decoder.output == "maxout"
+        pre_output = cfg.embedding  # so the output layer can be tied to the target embedding
+        self.W_o = nn.Linear(
+            cfg.decoder.hidden + memory_dim + cfg.embedding, pre_output * (2 if self.maxout else 1)
+        )
+        self.output_layer = nn.Linear(pre_output, vocab_size)
+
+    def rnn_input_size(self, cfg, memory_dim):
+        return cfg.embedding + memory_dim
+
+    def steps(self, y_prev, state, mem, t):
+        assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
+        y = self.dropout(self.embed(y_prev))  # (B, 1, E)
+        s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
+        context, weights = self.attention(s_prev[:, None], mem.keys, mem.memory, mem.mask, step=t)
+        s, (h_n, c_n) = self.rnn(torch.cat([y, context], dim=-1), (state.h, state.c))
+        t_out = self.W_o(torch.cat([s, context, y], dim=-1))  # (B, 1, P or 2P)
+        if self.maxout:  # App. A.2.2: t_i = max(t~_{i,2j-1}, t~_{i,2j})
+            t_out = t_out.unflatten(-1, (-1, 2)).amax(-1)
+        return self.output_layer(self.dropout(t_out)), DecoderState(h_n, c_n), weights
+
+
+def build_decoder(vocab_size: int, memory_dim: int, cfg: ModelConfig) -> Decoder:
+    return Decoder.registry[cfg.decoder.style](vocab_size, memory_dim, cfg)

@@ -1,0 +1,40 @@
+"""Encoder + bridge + decoder, assembled from the model config. Knows nothing of training."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from nmt.config import ModelConfig
+from nmt.data.tokenizer import PAD
+from nmt.model.bridge import build_bridge
+from nmt.model.decoder import DecoderState, Memory, build_decoder
+from nmt.model.encoder import Encoder
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        self.cfg = cfg
+        memory_dim = 2 * cfg.encoder.hidden
+        self.encoder = Encoder(src_vocab, cfg.embedding, cfg.encoder, cfg.dropout)
+        self.bridge = build_bridge(
+            cfg.decoder.bridge, cfg.encoder.hidden, cfg.decoder.hidden, cfg.decoder.layers
+        )
+        self.decoder = build_decoder(tgt_vocab, memory_dim, cfg)
+        if cfg.tie_embeddings:
+            self.decoder.output_layer.weight = self.decoder.embed.weight
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
+        memory, (h, c) = self.encoder(src, src_len)
+        mask = src != PAD  # (B, S) True on real positions
+        keys = self.decoder.attention.prepare(memory, mask)
+        return Memory(memory, mask, keys), self.decoder.init_state(*self.bridge(h, c))
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced logits (B, T, V) and attention weights (B, T, S)."""
+        mem, state = self.encode(src, src_len)
+        return self.decoder(tgt_in, state, mem)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
