@@ -164,7 +164,7 @@ def eval_cmd(
 
 @app.command()
 def configs() -> None:
-    """List the built-in configs (usable by name: nmt train -c toy-luong.yaml)."""
+    """List the built-in configs, usable by name in --config (nmt configs)."""
     from nmt.config import builtin_configs
 
     for path in builtin_configs():

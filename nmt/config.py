@@ -217,8 +217,11 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, dict):
             raise NMTError(f"{source}: {key}: expected a mapping, got {value!r}")
         return {str(k): str(v) for k, v in value.items()}
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if tp is float and isinstance(value, int | str) and not isinstance(value, bool):
+        try:  # YAML 1.1 reads `1e-4` (no dot) as a string; take it as the number it means
+            return float(value)
+        except ValueError:
+            pass
     if tp in (int, float, str, bool) and (type(value) is not tp):
         raise NMTError(f"{source}: {key}: expected {tp.__name__}, got {value!r}")
     return value

@@ -15,7 +15,7 @@ def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    weights = weights[: len(tgt_pieces), : len(src_pieces)]
+    weights = weights[: len(tgt_pieces), : len(src_pieces)].float().numpy()
     fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(src_pieces) + 2), max(3, 0.4 * len(tgt_pieces) + 1.5)))
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=60, ha="right")

@@ -57,8 +57,6 @@ class Trainer:
         self.progress = Progress()
         checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
 
-        where = cfg.data.dir if cfg.data.format == "text" else cfg.data.hf_path
-        self.log(f"reading data ({cfg.data.format}: {where})")
         train_pairs = load_split(cfg.data, "train")
         self.valid_pairs = load_split(cfg.data, "valid")
         if checkpoint:

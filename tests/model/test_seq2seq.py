@@ -1,0 +1,151 @@
+"""Encoder, bridges and decoders: shapes, packing, the parallel Luong path, and learning."""
+
+import typing
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.config import DecoderConfig, ModelConfig, config_from_dict
+from nmt.data.tokenizer import BOS, EOS, PAD
+from nmt.model.attention import Attention
+from nmt.model.bridge import Bridge, build_bridge
+from nmt.model.decoder import Decoder
+from nmt.model.seq2seq import Seq2Seq
+
+V = 24
+
+
+def model_config(style="luong", attention="general", **decoder) -> ModelConfig:
+    raw = {
+        "data": {"src_lang": "a", "tgt_lang": "b"},
+        "model": {
+            "embedding": 16,
+            "dropout": 0.0,
+            "encoder": {"hidden": 16, "layers": 2, "dropout": 0.0},
+            "decoder": {"style": style, "hidden": 32, "layers": 2, "dropout": 0.0, **decoder},
+            "attention": {"type": attention},
+        },
+    }
+    return config_from_dict(raw).model
+
+
+def batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (3, 6), generator=g)
+    src_len = torch.tensor([6, 3, 1])
+    src[torch.arange(6)[None, :] >= src_len[:, None]] = PAD
+    tgt_in = torch.randint(4, V, (3, 5), generator=g)
+    tgt_in[:, 0] = BOS
+    return src, src_len, tgt_in
+
+
+def test_registries_match_config_choices():
+    hints = typing.get_type_hints(DecoderConfig)
+    assert set(Decoder.registry) == set(typing.get_args(hints["style"]))
+    assert set(Bridge.registry) == set(typing.get_args(hints["bridge"]))
+
+
+def test_encoder_result_does_not_depend_on_padding_or_batch():
+    torch.manual_seed(0)
+    model = Seq2Seq(model_config(), V, V).eval()
+    src, src_len, _ = batch()
+    memory, (h, c) = model.encoder(src, src_len)
+    alone, (h1, c1) = model.encoder(src[1:2, :3], src_len[1:2])
+    torch.testing.assert_close(memory[1, :3], alone[0])
+    assert (memory[1, 3:] == 0).all()
+    torch.testing.assert_close(h[:, :, 1], h1[:, :, 0])  # backward state read real words only
+    torch.testing.assert_close(c[:, :, 1], c1[:, :, 0])
+
+
+@pytest.mark.parametrize("bridge", sorted(Bridge.registry))
+def test_bridges_give_one_state_per_decoder_layer(bridge):
+    h = torch.randn(2, 2, 3, 16)  # (L_enc, directions, B, H)
+    c = torch.randn(2, 2, 3, 16)
+    h0, c0 = build_bridge(bridge, 16, 32, 2)(h, c)
+    assert h0.shape == c0.shape == (2, 3, 32)
+    if bridge == "last":
+        torch.testing.assert_close(h0[1, 0], torch.cat([h[1, 0, 0], h[1, 1, 0]]))
+    if bridge == "backward":
+        assert (c0 == 0).all()
+
+
+@pytest.mark.parametrize("attention", sorted(Attention.registry))
+def test_parallel_luong_path_equals_stepping(attention):
+    torch.manual_seed(0)
+    model = Seq2Seq(model_config("luong", attention), V, V).eval()
+    src, src_len, tgt_in = batch()
+    mem, state = model.encode(src, src_len)
+    parallel_logits, parallel_weights = model.decoder(tgt_in, state, mem)
+    stepped_logits, stepped_weights = Decoder.forward(model.decoder, tgt_in, state, mem)
+    torch.testing.assert_close(parallel_logits, stepped_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(parallel_weights, stepped_weights, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "style,feeding",
+    [("luong", False), ("luong", True), ("bahdanau", False)],
+    ids=["luong", "luong-if", "bahdanau"],
+)
+def test_a_sentence_decodes_the_same_alone_and_in_a_padded_batch(style, feeding):
+    torch.manual_seed(0)
+    extra = {"input_feeding": True} if feeding else {}
+    model = Seq2Seq(model_config(style, "bahdanau", **extra), V, V).eval()
+    src, src_len, tgt_in = batch()
+    logits, weights = model(src, src_len, tgt_in)
+    alone_logits, alone_weights = model(src[1:2, :3], src_len[1:2], tgt_in[1:2])
+    torch.testing.assert_close(logits[1], alone_logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights[1, :, :3], alone_weights[0], atol=1e-6, rtol=1e-6)
+
+
+def test_tied_embeddings_share_one_tensor():
+    cfg = model_config("bahdanau", "bahdanau")
+    cfg.tie_embeddings = True
+    model = Seq2Seq(cfg, V, V)
+    assert model.decoder.output_layer.weight is model.decoder.embed.weight
+
+
+def test_bahdanau_decoder_attends_with_the_previous_state():
+    """Changing the target token at step t must not change the attention at step t (it uses
+    s_{t-1}), while in Luong order it does (it uses h_t, which has read y_{t-1})."""
+    torch.manual_seed(0)
+    src, src_len, tgt_in = batch()
+    other = tgt_in.clone()
+    other[:, 2] = (other[:, 2] + 1 - 4) % (V - 4) + 4
+    for style, same in (("bahdanau", True), ("luong", False)):
+        model = Seq2Seq(model_config(style, "bahdanau"), V, V).eval()
+        _, w1 = model(src, src_len, tgt_in)
+        _, w2 = model(src, src_len, other)
+        assert torch.equal(w1[:, :2], w2[:, :2])
+        assert not torch.allclose(w1[:, 3], w2[:, 3])
+        assert torch.equal(w1[:, 2], w2[:, 2]) is same
+
+
+CASES = [("luong", a, False) for a in sorted(Attention.registry)] + [
+    ("luong", "general", True),
+    ("bahdanau", "bahdanau", False),
+    ("bahdanau", "local_p", False),
+    ("bahdanau", "multihead", False),
+]
+
+
+@pytest.mark.parametrize("style,attention,feeding", CASES, ids=[f"{s}-{a}{'-if' * f}" for s, a, f in CASES])
+def test_a_tiny_model_overfits_a_handful_of_pairs(style, attention, feeding):
+    torch.manual_seed(0)
+    extra = {"input_feeding": True} if feeding else {}
+    raw = model_config(style, attention, layers=1, **extra)
+    raw.encoder.layers = 1
+    model = Seq2Seq(raw, V, V)
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, V, (8, 5), generator=g)
+    src[:, -1] = EOS
+    tgt = torch.cat([src[:, :4].flip(1), torch.full((8, 1), EOS)], 1)  # reverse the words
+    tgt_in = torch.cat([torch.full((8, 1), BOS), tgt[:, :-1]], 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(150):
+        logits, _ = model(src, torch.full((8,), 5), tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05

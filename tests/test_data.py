@@ -1,0 +1,96 @@
+"""Data sources: text files, the datasets path on local folders, the toy task, tokenizer."""
+
+import json
+
+import pytest
+
+from nmt.config import DataConfig, TokenizerConfig
+from nmt.data.batching import encode_pairs, length_grouped_batches
+from nmt.data.sources import load_split, read_parallel
+from nmt.data.tokenizer import EOS, TokenizerPair
+from nmt.data.toy import FORMS, write_toy_corpus
+from nmt.errors import NMTError
+
+
+def test_toy_corpus_is_deterministic_and_held_out(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_toy_corpus(a, seed=5, sizes={"train": 300, "valid": 40, "test": 40})
+    write_toy_corpus(b, seed=5, sizes={"train": 300, "valid": 40, "test": 40})
+    for name in ("train.human", "train.iso", "test.human", "test.iso"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    train = set((a / "train.human").read_text().splitlines())
+    assert not train & set((a / "test.human").read_text().splitlines())
+    iso = (a / "test.iso").read_text().splitlines()
+    assert all(len(d) == 10 and d[4] == d[7] == "-" for d in iso)
+    assert len(FORMS) >= 10
+
+
+def test_text_files_with_different_line_counts_are_refused(tmp_path):
+    (tmp_path / "x.de").write_text("a\nb\n")
+    (tmp_path / "x.en").write_text("a\n")
+    with pytest.raises(NMTError, match="has 2 lines but .* has 1"):
+        read_parallel(tmp_path / "x.de", tmp_path / "x.en")
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    (tmp_path / "x.de").write_bytes(b"ok\nbad \xff\n")
+    (tmp_path / "x.en").write_text("a\nb\n")
+    with pytest.raises(NMTError, match="line 2 is not valid UTF-8"):
+        read_parallel(tmp_path / "x.de", tmp_path / "x.en")
+
+
+@pytest.mark.parametrize("layout", ["translation", "columns"])
+def test_local_dataset_folder_through_load_dataset(tmp_path, layout):
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    for split in ("train", "validation"):
+        with open(folder / f"{split}.jsonl", "w") as f:
+            for i in range(5):
+                row = {"de": f"hallo {split} {i}", "en": f"hello {split} {i}"}
+                f.write(json.dumps({"translation": row} if layout == "translation" else row) + "\n")
+    cfg = DataConfig(src_lang="de", tgt_lang="en", format="hf", hf_path=str(folder), valid="validation")
+    assert load_split(cfg, "valid")[2] == ("hallo validation 2", "hello validation 2")
+    swapped = DataConfig(src_lang="en", tgt_lang="de", format="hf", hf_path=str(folder))
+    assert load_split(swapped, "train")[0] == ("hello train 0", "hallo train 0")
+
+
+def test_unknown_columns_are_listed(tmp_path):
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"src": "a", "tgt": "b"}) + "\n")
+    cfg = DataConfig(src_lang="de", tgt_lang="en", format="hf", hf_path=str(folder))
+    with pytest.raises(NMTError, match="columns found: src, tgt"):
+        load_split(cfg, "train")
+
+
+def test_missing_local_path_fails_at_once_instead_of_asking_the_hub():
+    cfg = DataConfig(src_lang="de", tgt_lang="en", format="hf", hf_path="./no/such/folder")
+    with pytest.raises(NMTError, match="does not exist"):
+        load_split(cfg, "train")
+
+
+def test_unreachable_hub_gives_one_clear_error():
+    cfg = DataConfig(src_lang="de", tgt_lang="en", format="hf", hf_path="nobody/no-such-dataset")
+    with pytest.raises(NMTError, match="cannot load 'nobody/no-such-dataset'"):
+        load_split(cfg, "train")
+
+
+def test_tokenizer_round_trips_and_travels_as_bytes(toy_dir):
+    pairs = read_parallel(toy_dir / "train.human", toy_dir / "train.iso")
+    tok = TokenizerPair.train(pairs, TokenizerConfig(vocab_size=120))
+    again = TokenizerPair.from_state(tok.to_state())
+    text = "Montag, 5. März 2001"
+    assert again.src.decode(again.src.encode(text)) == text
+    examples = encode_pairs(pairs[:10], again)
+    assert all(src[-1] == EOS for src, _ in examples)
+
+
+def test_length_grouped_batches_cover_everything_once_and_vary_by_epoch(toy_dir):
+    pairs = read_parallel(toy_dir / "train.human", toy_dir / "train.iso")
+    examples = [([0] * (len(s) // 3 + 1), [0]) for s, _ in pairs]
+    epoch0 = length_grouped_batches(examples, 32, seed=1, epoch=0)
+    assert sorted(i for b in epoch0 for i in b) == list(range(len(examples)))
+    assert epoch0 == length_grouped_batches(examples, 32, seed=1, epoch=0)
+    assert epoch0 != length_grouped_batches(examples, 32, seed=1, epoch=1)
+    spread = sum(max(len(examples[i][0]) for i in b) - min(len(examples[i][0]) for i in b) for b in epoch0)
+    assert spread / len(epoch0) < 2  # similar lengths share a batch

@@ -1,0 +1,144 @@
+"""The whole path on the toy task: data -> train -> translate -> eval, resume, and refusal."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.train.trainer import read_metrics
+
+runner = CliRunner()
+TINY = [
+    "model.embedding=16",
+    "model.encoder.hidden=16",
+    "model.decoder.hidden=32",
+    "tokenizer.vocab_size=120",
+    "train.log_every=10",
+    "train.valid_every=20",
+    "decode.max_len=16",
+]
+
+
+def invoke(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def sets(items):
+    return [x for item in items for x in ("--set", item)]
+
+
+@pytest.fixture(scope="module")
+def trained(toy_dir, tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "toy"
+    invoke(
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=40"]),
+        "--out",
+        run,
+        "--quiet",
+    )
+    return run
+
+
+def test_training_writes_config_checkpoints_and_metrics(trained):
+    assert (trained / "config.yaml").is_file()
+    assert (trained / "checkpoints" / "best.pt").is_file() and (trained / "checkpoints" / "last.pt").is_file()
+    metrics = read_metrics(trained)
+    train_lines = [m for m in metrics if "loss" in m]
+    valid_lines = [m for m in metrics if "valid_bleu" in m]
+    assert [m["step"] for m in train_lines] == [10, 20, 30, 40]
+    assert train_lines[-1]["loss"] < train_lines[0]["loss"]
+    assert [m["step"] for m in valid_lines] == [20, 40]
+    assert all(k.startswith("valid") for m in valid_lines for k in m if k not in ("step", "epoch"))
+
+
+def test_translate_and_eval(trained, toy_dir, tmp_path):
+    hyp = tmp_path / "hyp.txt"
+    invoke(
+        "translate",
+        "-m",
+        trained,
+        "-i",
+        toy_dir / "test.human",
+        "-o",
+        hyp,
+        "--plot-attention",
+        tmp_path,
+        "--plot-first",
+        2,
+    )
+    lines = hyp.read_text().splitlines()
+    assert len(lines) == len((toy_dir / "test.human").read_text().splitlines())
+    png = (tmp_path / "attention-1.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+    beam = tmp_path / "beam.txt"
+    invoke(
+        "translate",
+        "-m",
+        trained / "checkpoints" / "last.pt",
+        "-i",
+        toy_dir / "test.human",
+        "-o",
+        beam,
+        "--beam",
+        3,
+    )
+    assert len(beam.read_text().splitlines()) == len(lines)
+    report = json.loads(invoke("eval", "--hyp", hyp, "--ref", toy_dir / "test.iso", "--json").stdout)
+    assert report["sentences"] == len(lines) and 0 <= report["bleu"] <= 100
+    direct = json.loads(
+        invoke(
+            "eval", "-m", trained, "--src", toy_dir / "test.human", "--ref", toy_dir / "test.iso", "--json"
+        ).stdout
+    )
+    assert direct["bleu"] == pytest.approx(report["bleu"])
+
+
+def test_translate_keeps_empty_lines_and_line_count(trained):
+    result = runner.invoke(app, ["translate", "-m", str(trained)], input="March 3, 2021\n\n  \n5.6.1990\n")
+    assert result.exit_code == 0
+    assert result.stdout.split("\n")[1:3] == ["", ""] and len(result.stdout.splitlines()) == 4
+
+
+def test_existing_run_is_never_overwritten(trained, toy_dir):
+    before = (trained / "checkpoints" / "last.pt").read_bytes()
+    result = runner.invoke(
+        app, ["train", "-c", "toy-luong.yaml", "--set", f"data.dir={toy_dir}", "--out", str(trained)]
+    )
+    assert result.exit_code == 2 and "already holds a run" in result.stderr
+    assert (trained / "checkpoints" / "last.pt").read_bytes() == before
+
+
+def test_resume_continues_and_refuses_changed_maths(trained, tmp_path):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained, run)
+    refused = runner.invoke(app, ["train", "--resume", str(run), "--set", "model.attention.type=dot"])
+    assert refused.exit_code == 2 and "model.attention.type" in refused.stderr
+    invoke("train", "--resume", run, "--set", "train.max_steps=60", "--quiet")
+    steps = [m["step"] for m in read_metrics(run) if "loss" in m]
+    assert steps == [10, 20, 30, 40, 50, 60]
+
+
+@pytest.mark.slow
+def test_the_demo_model_learns_the_toy_task(tmp_path):
+    """The demo's config, trained briefly on the full toy corpus, gets most dates exactly right."""
+    data = tmp_path / "data"
+    invoke("data", "toy", "--out", data)
+    invoke(
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([f"data.dir={data}", "train.max_steps=500", "train.valid_every=500"]),
+        "--out",
+        tmp_path / "run",
+        "--quiet",
+    )
+    valid = [m for m in read_metrics(tmp_path / "run") if "valid_exact_match" in m]
+    assert valid[-1]["valid_exact_match"] > 0.9
