@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -93,41 +92,56 @@ def train(
 @app.command()
 @user_errors
 def translate(
-    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint, or a run directory (its best).")],
+    model: Annotated[
+        list[Path], typer.Option("--model", "-m", help="Checkpoint or run directory; repeat to ensemble.")
+    ],
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Text file (default stdin).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Text file (default stdout).")] = None,
     beam: Annotated[
         int | None, typer.Option(min=1, help="Beam size (1 = greedy; default from the config).")
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="Sentences per batch.")] = None,
-    alpha: Annotated[float | None, typer.Option(help="GNMT length penalty exponent.")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
-    plot_attention: Annotated[Path | None, typer.Option(help="Write attention heatmaps PNGs here.")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="Sentences (or tokens) per batch.")] = None,
+    batch_type: Annotated[str | None, typer.Option(help="sentences or tokens.")] = None,
+    alpha: Annotated[float | None, typer.Option(min=0, help="Length penalty exponent.")] = None,
+    length_penalty: Annotated[str | None, typer.Option(help="none, avg or gnmt.")] = None,
+    coverage: Annotated[float | None, typer.Option(min=0, help="GNMT coverage penalty beta.")] = None,
+    min_len: Annotated[int | None, typer.Option(min=0, help="No EOS before this many tokens.")] = None,
+    max_len: Annotated[int | None, typer.Option(min=1, help="Cap on output tokens.")] = None,
+    no_repeat_ngram: Annotated[
+        int | None, typer.Option(min=0, help="Never repeat an n-gram this long.")
+    ] = None,
+    no_unk: Annotated[bool, typer.Option("--no-unk", help="Never output the unknown token.")] = False,
+    nbest: Annotated[
+        int, typer.Option(min=1, help="Print K hypotheses a line: index, rank, score, text.")
+    ] = 1,
+    scores: Annotated[bool, typer.Option("--scores", help="Print 'score<TAB>text' lines.")] = False,
+    attention: Annotated[Path | None, typer.Option(help="Write attention matrices here (JSONL).")] = None,
+    plot_attention: Annotated[Path | None, typer.Option(help="Write attention heatmap PNGs here.")] = None,
     plot_first: Annotated[int, typer.Option(min=0, help="How many sentences to plot.")] = 5,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
+    from nmt.decode.output import OutputOptions, translate_files
     from nmt.decode.translator import load_translator
-    from nmt.fileio import atomic_write_text, read_lines
 
-    translator = load_translator(model, {"beam": beam, "batch_size": batch_size, "alpha": alpha}, device)
-    lines = read_lines(input) if input else sys.stdin.read().splitlines()
-    translations = translator.translate(lines)
-    text = "".join(t.text + "\n" for t in translations)
-    if output:
-        atomic_write_text(output, text)
-    else:
-        sys.stdout.write(text)
-    if plot_attention:
-        from nmt.evaluate.plots import attention_heatmap
-
-        for i, t in enumerate(t for t in translations[:plot_first] if t.hypotheses):
-            attention_heatmap(
-                t.hypotheses[0].attention,
-                t.src_pieces,
-                t.tgt_pieces,
-                plot_attention / f"attention-{i + 1}.png",
-            )
-        typer.echo(f"attention heatmaps in {plot_attention}", err=True)
+    overrides = {
+        "beam": beam,
+        "batch_size": batch_size,
+        "batch_type": batch_type,
+        "alpha": alpha,
+        "length_penalty": length_penalty,
+        "coverage": coverage,
+        "min_len": min_len,
+        "max_len": max_len,
+        "no_repeat_ngram": no_repeat_ngram,
+        "allow_unk": False if no_unk else None,
+    }
+    translator = load_translator(model, overrides, device)
+    opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first)
+    summary = translate_files(translator, input, output, opts, quiet)
+    if summary:
+        typer.echo(summary, err=True)
 
 
 @app.command("eval")
@@ -155,7 +169,7 @@ def eval_cmd(
             raise NMTError("eval: --model needs --src FILE")
         from nmt.decode.translator import load_translator
 
-        hyps = [t.text for t in load_translator(model, {"beam": beam}, device).translate(read_lines(src))]
+        hyps = [t.text for t in load_translator([model], {"beam": beam}, device).translate(read_lines(src))]
     else:
         hyps = read_lines(hyp)
     report = score(hyps, refs)

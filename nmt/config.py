@@ -109,10 +109,16 @@ class TrainConfig:
 @dataclass
 class DecodeConfig:
     beam: int = 1
-    batch_size: int = 64  # sentences
-    max_len: int = 200  # absolute cap on output tokens
+    batch_size: int = 64  # sentences, or tokens with batch_type: tokens
+    batch_type: Literal["sentences", "tokens"] = "sentences"
+    max_len: int = 200  # absolute cap on output tokens (EOS included)
     max_len_ratio: float = 2.0  # and at most ratio * source length + 10
-    alpha: float = 0.0  # GNMT length penalty ((5+|Y|)/6)^alpha; 0 means raw log-prob
+    min_len: int = 0  # EOS is forbidden before this many tokens
+    length_penalty: Literal["none", "avg", "gnmt"] = "gnmt"  # avg: |Y|^alpha; gnmt: ((5+|Y|)/6)^alpha
+    alpha: float = 0.0  # 0 ranks by raw log-probability whatever the penalty
+    coverage: float = 0.0  # GNMT coverage penalty weight beta
+    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size (0: off)
+    allow_unk: bool = True  # False: never output the unknown token
 
 
 @dataclass
@@ -249,6 +255,8 @@ def validate(cfg: Config, source: str) -> None:
     ]:
         if value < 1:
             fail(key, f"must be at least 1, got {value}")
+    if cfg.decode.alpha < 0 or cfg.decode.coverage < 0:
+        fail("decode.alpha", "alpha and coverage must not be negative")
     if cfg.tokenizer.vocab_size < 8:
         fail("tokenizer.vocab_size", "must be at least 8")
     memory = 2 * enc.hidden

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, config_from_dict
 from nmt.data.batching import pad_sources
 from nmt.data.tokenizer import EOS, TokenizerPair
+from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import Hypothesis, beam_search, greedy_search
-from nmt.model.seq2seq import Seq2Seq
+from nmt.errors import NMTError
 
 
 @dataclass
@@ -20,12 +21,23 @@ class Translation:
     text: str
     src_pieces: list[str]  # with the final "</s>"
     tgt_pieces: list[str]  # with the final "</s>" when the hypothesis ended in EOS
-    hypotheses: list[Hypothesis]  # n-best, best first
+    hypotheses: list[Hypothesis]  # n-best, best first; empty for an empty input line
+    texts: list[str]  # the detokenised text of each hypothesis
 
 
 class Translator:
-    def __init__(self, model: Seq2Seq, tok: TokenizerPair, cfg: DecodeConfig, device: torch.device):
-        self.model, self.tok, self.cfg, self.device = model.eval(), tok, cfg, device
+    """Decodes with `model` (a Seq2Seq or an Ensemble) under the settings of `cfg`.
+
+    Sources longer than `src_limit` subwords (the training length limit) are cut to it;
+    `truncated` counts them so the caller can warn.
+    """
+
+    def __init__(
+        self, model, tok: TokenizerPair, cfg: DecodeConfig, device: torch.device, src_limit: int = 10**9
+    ):
+        self.model, self.tok, self.cfg, self.device = model, tok, cfg, device
+        self.src_limit = src_limit
+        self.truncated = 0
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
@@ -33,47 +45,77 @@ class Translator:
     def translate(self, lines: list[str], nbest: int = 1) -> list[Translation]:
         return list(self.iter_translate(lines, nbest))
 
-    def iter_translate(self, lines: list[str], nbest: int = 1) -> Iterator[Translation]:
+    def iter_translate(
+        self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
+    ) -> Iterator[Translation]:
         """Translations in input order; batches are formed from length-sorted sentences."""
-        ids = [s + [EOS] for s in self.tok.src.encode_batch(lines)]
+        ids = []
+        for pieces in self.tok.src.encode_batch(lines):
+            if len(pieces) > self.src_limit:
+                self.truncated += 1
+                pieces = pieces[: self.src_limit]
+            ids.append(pieces + [EOS])
         # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
-        done = {i: Translation("", [], [], []) for i, line in enumerate(lines) if not line.strip()}
+        done = {i: Translation("", [], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
         order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
+        batches = iter(self._batches(order, ids))
         next_out = 0
-        while next_out in done:
-            yield done.pop(next_out)
-            next_out += 1
-        for start in range(0, len(order), self.cfg.batch_size):
-            chunk = order[start : start + self.cfg.batch_size]
-            for i, hyps in zip(chunk, self._decode([ids[i] for i in chunk], nbest), strict=True):
-                best = hyps[0]
-                done[i] = Translation(
-                    text=self.tok.tgt.decode(best.tokens),
-                    src_pieces=self.tok.src.id_to_piece(ids[i]),
-                    tgt_pieces=self.tok.tgt.id_to_piece(best.tokens),
-                    hypotheses=hyps,
-                )
+        while True:
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
+            chunk = next(batches, None)
+            if chunk is None:
+                return
+            for i, hyps in zip(chunk, self._decode([ids[i] for i in chunk], nbest), strict=True):
+                texts = [self.tok.tgt.decode(h.tokens) for h in hyps]
+                done[i] = Translation(
+                    text=texts[0],
+                    src_pieces=self.tok.src.id_to_piece(ids[i]),
+                    tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
+                    hypotheses=hyps,
+                    texts=texts,
+                )
+            if progress:
+                progress(len(chunk))
+
+    def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
+        """Consecutive length-sorted sentences, up to batch_size sentences or padded tokens."""
+        if self.cfg.batch_type == "sentences":
+            return [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
+        batches: list[list[int]] = [[]]
+        for i in order:  # sorted ascending, so the newest sentence is the longest
+            if batches[-1] and (len(batches[-1]) + 1) * len(ids[i]) > self.cfg.batch_size:
+                batches.append([])
+            batches[-1].append(i)
+        return [b for b in batches if b]
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         src, src_len = pad_sources(rows)
         src = src.to(self.device)
         max_lens = [self.max_len(len(r)) for r in rows]
         if self.cfg.beam == 1 and nbest == 1:
-            return [[h] for h in greedy_search(self.model, src, src_len, max_lens)]
-        return beam_search(
-            self.model, src, src_len, max_lens, max(self.cfg.beam, nbest), self.cfg.alpha, nbest
-        )
+            return [[h] for h in greedy_search(self.model, src, src_len, max_lens, self.cfg)]
+        return beam_search(self.model, src, src_len, max_lens, self.cfg, nbest)
 
 
-def load_translator(checkpoint: Path, overrides: dict, device: str = "cpu") -> Translator:
-    """A Translator for a checkpoint (or run directory), with `decode` settings overridden."""
+def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu") -> Translator:
+    """A Translator for one checkpoint (or run directory), or an ensemble of several; `overrides`
+    replace the first checkpoint's `decode` settings."""
     from nmt.checkpoint import load_checkpoint
     from nmt.train.device import resolve_device
 
     torch_device = resolve_device(device)
-    loaded = load_checkpoint(checkpoint, torch_device)
-    cfg = replace(loaded.config.decode, **{k: v for k, v in overrides.items() if v is not None})
-    return Translator(loaded.model, loaded.tokenizers, cfg, torch_device)
+    loaded = [load_checkpoint(path, torch_device) for path in checkpoints]
+    first = loaded[0]
+    for path, other in zip(checkpoints[1:], loaded[1:], strict=True):
+        if other.tokenizers.to_state() != first.tokenizers.to_state():
+            raise NMTError(
+                f"{path}: ensemble members must share their vocabularies, and this one differs "
+                f"from {checkpoints[0]}'s"
+            )
+    raw = first.config.to_dict()
+    raw["decode"].update({k: v for k, v in overrides.items() if v is not None})
+    cfg = config_from_dict(raw, source="command line").decode  # the config's own checks and messages
+    model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
+    return Translator(model, first.tokenizers, cfg, torch_device, src_limit=first.config.data.max_len)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from nmt.config import config_from_dict
-from nmt.data.tokenizer import BOS, EOS, PAD
-from nmt.decode.search import beam_search, greedy_search, length_penalty
+from nmt.config import DecodeConfig, config_from_dict
+from nmt.data.tokenizer import BOS, EOS, PAD, UNK
+from nmt.decode.ensemble import Ensemble
+from nmt.decode.search import beam_search, coverage_penalty, greedy_search, length_penalty
 from nmt.model.seq2seq import Seq2Seq
 
 V = 20
@@ -60,8 +61,8 @@ def teacher_forced_log_prob(model, src, src_len, tokens) -> float:
 def test_beam_one_equals_greedy(style):
     model = make_model(STYLES[style])
     src, src_len, max_lens = sources()
-    greedy = greedy_search(model, src, src_len, max_lens)
-    beam = beam_search(model, src, src_len, max_lens, beam=1)
+    greedy = greedy_search(model, src, src_len, max_lens, DecodeConfig())
+    beam = beam_search(model, src, src_len, max_lens, DecodeConfig(beam=1))
     assert [h.tokens for h in greedy] == [b[0].tokens for b in beam]
     for g, (b,) in zip(greedy, beam, strict=True):
         assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
@@ -72,35 +73,105 @@ def test_beam_one_equals_greedy(style):
 def test_translation_does_not_depend_on_the_batch(style, beam):
     model = make_model(STYLES[style], dtype=torch.float64)
     src, src_len, max_lens = sources()
-    batched = beam_search(model, src, src_len, max_lens, beam=beam, alpha=0.6)
+    cfg = DecodeConfig(beam=beam, alpha=0.6)
+    batched = beam_search(model, src, src_len, max_lens, cfg)
     for i in range(len(max_lens)):
         n = int(src_len[i])
-        alone = beam_search(model, src[i : i + 1, :n], src_len[i : i + 1], max_lens[i : i + 1], beam, 0.6)
+        alone = beam_search(model, src[i : i + 1, :n], src_len[i : i + 1], max_lens[i : i + 1], cfg)
         assert alone[0][0].tokens == batched[i][0].tokens
         assert alone[0][0].score == pytest.approx(batched[i][0].score, abs=1e-9)
         torch.testing.assert_close(alone[0][0].attention, batched[i][0].attention[:, :n])
 
 
+@torch.no_grad()
+def teacher_forced_attention(model, src, src_len, tokens):
+    _, weights = model(src, src_len, torch.tensor([[BOS, *tokens[:-1]]]))
+    return weights[0]
+
+
+PENALTIES = {
+    "raw": DecodeConfig(beam=3),
+    "gnmt": DecodeConfig(beam=3, alpha=1.0),
+    "avg": DecodeConfig(beam=3, alpha=1.0, length_penalty="avg"),
+    "coverage": DecodeConfig(beam=3, alpha=0.6, coverage=0.4),
+}
+
+
 @pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("alpha", [0.0, 1.0])
-def test_scores_are_the_models_log_probabilities(style, alpha):
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_scores_are_the_models_log_probabilities(style, penalty):
+    cfg = PENALTIES[penalty]
     model = make_model(STYLES[style], dtype=torch.float64)
     src, src_len, max_lens = sources()
-    results = beam_search(model, src, src_len, max_lens, beam=3, alpha=alpha, nbest=3)
-    ended = capped = 0
+    results = beam_search(model, src, src_len, max_lens, cfg, nbest=3)
+    ended = 0
     for i, hyps in enumerate(results):
+        assert len(hyps) == 3
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         n = int(src_len[i])
         for h in hyps:
             ended += h.tokens[-1] == EOS
-            capped += len(h.tokens) == max_lens[i]
             assert h.tokens[-1] == EOS or len(h.tokens) == max_lens[i]
             assert EOS not in h.tokens[:-1]
             assert h.attention.shape == (len(h.tokens), src.size(1))
-            expected = teacher_forced_log_prob(model, src[i : i + 1, :n], src_len[i : i + 1], h.tokens)
+            one_src, one_len = src[i : i + 1, :n], src_len[i : i + 1]
+            expected = teacher_forced_log_prob(model, one_src, one_len, h.tokens)
             assert h.log_prob == pytest.approx(expected, abs=1e-6)
-            assert h.score == pytest.approx(expected / length_penalty(len(h.tokens), alpha), abs=1e-6)
+            attention = teacher_forced_attention(model, one_src, one_len, h.tokens)
+            torch.testing.assert_close(h.attention[:, :n], attention.float(), atol=1e-5, rtol=1e-5)
+            normalised = expected / length_penalty(len(h.tokens), cfg) + coverage_penalty(attention, n, cfg)
+            assert h.score == pytest.approx(normalised, abs=1e-5)
     assert ended > 0  # the test covers hypotheses that stopped on EOS
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_min_len_no_repeat_and_no_unk_are_respected(search):
+    model = make_model(STYLES["luong"])
+    with torch.no_grad():
+        model.decoder.output_layer.bias[UNK] += 3.0  # tempt it
+    src, src_len, max_lens = sources()
+    cfg = DecodeConfig(beam=1 if search == "greedy" else 4, min_len=4, no_repeat_ngram=2, allow_unk=False)
+    if search == "greedy":
+        hyps = greedy_search(model, src, src_len, max_lens, cfg)
+    else:
+        hyps = [h for nb in beam_search(model, src, src_len, max_lens, cfg, nbest=4) for h in nb]
+    for h in hyps:
+        assert UNK not in h.tokens
+        assert len(h.tokens) >= min(4, max(max_lens))
+        bigrams = list(zip(h.tokens, h.tokens[1:], strict=False))
+        assert len(bigrams) == len(set(bigrams)), h.tokens
+    unrestricted = greedy_search(model, src, src_len, max_lens, DecodeConfig())
+    assert any(UNK in h.tokens for h in unrestricted)  # the restriction did something
+
+
+def test_an_ensemble_of_one_model_twice_decodes_like_the_model():
+    model = make_model(STYLES["luong-if"])
+    src, src_len, max_lens = sources()
+    cfg = DecodeConfig(beam=3, alpha=0.6)
+    alone = beam_search(model, src, src_len, max_lens, cfg)
+    pair = beam_search(Ensemble([model, model]), src, src_len, max_lens, cfg)
+    assert [h[0].tokens for h in alone] == [h[0].tokens for h in pair]
+    for a, p in zip(alone, pair, strict=True):
+        assert a[0].score == pytest.approx(p[0].score, abs=1e-5)
+
+
+def test_an_ensemble_averages_log_probabilities():
+    a, b = (
+        make_model(STYLES["luong"], seed=1, dtype=torch.float64),
+        make_model(STYLES["bahdanau"], seed=2, dtype=torch.float64),
+    )
+    src, src_len, max_lens = sources()
+    (hyp,) = greedy_search(Ensemble([a, b]), src[:1, :5], src_len[:1], max_lens[:1], DecodeConfig())
+    tgt_in = torch.tensor([[BOS, *hyp.tokens[:-1]]])
+    with torch.no_grad():
+        mean = (
+            torch.log_softmax(a(src[:1, :5], src_len[:1], tgt_in)[0], -1)
+            + torch.log_softmax(b(src[:1, :5], src_len[:1], tgt_in)[0], -1)
+        ) / 2
+    logp = torch.log_softmax(mean[0], -1)  # a log-linear ensemble renormalises the mean
+    assert hyp.log_prob == pytest.approx(
+        float(logp[torch.arange(len(hyp.tokens)), hyp.tokens].sum()), abs=1e-6
+    )
 
 
 # -- exact search on a tiny fake model: beam search with a wide beam must find the optimum ------
@@ -143,13 +214,14 @@ class FakeModel:
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("alpha", [0.0, 0.8, 2.0])
-def test_a_wide_beam_finds_the_exact_optimum(seed, alpha):
+@pytest.mark.parametrize("penalty,alpha", [("gnmt", 0.0), ("gnmt", 0.8), ("gnmt", 2.0), ("avg", 1.0)])
+def test_a_wide_beam_finds_the_exact_optimum(seed, penalty, alpha):
+    cfg = DecodeConfig(beam=32, alpha=alpha, length_penalty=penalty)
     model, max_len = FakeModel(seed), 5
     src = torch.tensor([[seed + 7]])
     candidates = [[*body, EOS] for n in range(max_len) for body in itertools.product([4, 5], repeat=n)]
     candidates += [list(body) for body in itertools.product([4, 5], repeat=max_len)]  # capped
     start = int(src.sum()) % 997
-    best = max(candidates, key=lambda c: model.log_prob(start, c) / length_penalty(len(c), alpha))
-    (found,) = beam_search(model, src, torch.tensor([1]), [max_len], beam=32, alpha=alpha)[0]
+    best = max(candidates, key=lambda c: model.log_prob(start, c) / length_penalty(len(c), cfg))
+    (found,) = beam_search(model, src, torch.tensor([1]), [max_len], cfg)[0]
     assert found.tokens == best

@@ -1,0 +1,40 @@
+"""Several models decoding as one: the per-step log-probabilities are averaged (a log-linear
+ensemble), so any search works on an ensemble unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt.model.seq2seq import Seq2Seq
+
+
+@dataclass
+class Members:
+    """The per-model memories or decoder states, reordered together."""
+
+    items: list
+
+    def select(self, index: Tensor) -> Members:
+        return Members([item.select(index) for item in self.items])
+
+
+class Ensemble:
+    def __init__(self, models: list[Seq2Seq]):
+        self.models = models
+        self.decoder = self  # searches call model.decoder.step
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Members, Members]:
+        encoded = [model.encode(src, src_len) for model in self.models]
+        return Members([m for m, _ in encoded]), Members([s for _, s in encoded])
+
+    def step(self, y: Tensor, state: Members, mem: Members, t: int) -> tuple[Tensor, Members, Tensor]:
+        outputs = [
+            model.decoder.step(y, s, m, t)
+            for model, s, m in zip(self.models, state.items, mem.items, strict=True)
+        ]
+        log_probs = torch.stack([torch.log_softmax(logits.float(), -1) for logits, _, _ in outputs]).mean(0)
+        weights = torch.stack([w.float() for _, _, w in outputs]).mean(0)
+        return log_probs, Members([s for _, s, _ in outputs]), weights

@@ -1,0 +1,175 @@
+"""Training throughput of every attention and decoder style on one shared model shape.
+
+    python scripts/bench.py                      # every case, each in its own process; a table
+    python scripts/bench.py --case train-luong-general-if --steps 30 --json
+
+The "bench model": embeddings 256, 1-layer BiLSTM encoder with 256 units per direction, 1-layer
+LSTM decoder with 512 units, a joint 8k SentencePiece vocabulary, batches of 64 sentences, Adam,
+dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy task. Every case
+trains on the same seeded batches; the first `--warmup` steps are not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+CACHE = ROOT / ".bench-cache"
+
+ATTENTIONS = ["none", "dot", "scaled_dot", "general", "concat", "bahdanau", "local_m", "local_p", "multihead"]
+CASES = {f"train-luong-{a}": ("luong", a, False) for a in ATTENTIONS}
+CASES |= {f"train-luong-{a}-if": ("luong", a, True) for a in ATTENTIONS}
+CASES |= {f"train-bahdanau-{a}": ("bahdanau", a, False) for a in ATTENTIONS}
+CASES["train-bahdanau"] = ("bahdanau", "bahdanau", False)  # the paper's model
+CASES["train-bahdanau-luong-order"] = ("luong", "bahdanau", False)  # what other toolkits call it
+
+
+def bench_config(style: str, attention: str, feeding: bool, data_dir: Path, toy: bool):
+    from nmt.config import config_from_dict
+
+    data = (
+        {"src_lang": "human", "tgt_lang": "iso"}
+        if toy
+        else {"src_lang": "de", "tgt_lang": "en", "valid": "val"}
+    )
+    return config_from_dict(
+        {
+            "data": {**data, "dir": str(data_dir)},
+            "tokenizer": {"vocab_size": 8000},
+            "model": {
+                "embedding": 256,
+                "dropout": 0.3,
+                "encoder": {"hidden": 256},
+                "decoder": {
+                    "style": style,
+                    "hidden": 512,
+                    "input_feeding": feeding,
+                    "bridge": "backward" if style == "bahdanau" else "linear",
+                },
+                "attention": {"type": attention},
+            },
+            "train": {"batch_size": 64, "device": "cpu"},
+        }
+    )
+
+
+def data_dir() -> tuple[Path, bool]:
+    if (MULTI30K / "train.de").is_file():
+        return MULTI30K, False
+    from nmt.data.toy import write_toy_corpus
+
+    toy = CACHE / "toy"
+    if not (toy / "train.human").is_file():
+        write_toy_corpus(toy)
+    return toy, True
+
+
+def tokenizers(cfg):
+    """The joint 8k SentencePiece model, trained once and cached between runs."""
+    from nmt.data.sources import load_split
+    from nmt.data.tokenizer import TokenizerPair
+
+    path = CACHE / f"spm-{cfg.data.src_lang}-{cfg.data.tgt_lang}-{cfg.tokenizer.vocab_size}.model"
+    if not path.is_file():
+        CACHE.mkdir(exist_ok=True)
+        path.write_bytes(TokenizerPair.train(load_split(cfg.data, "train"), cfg.tokenizer).src.model_bytes)
+    model = path.read_bytes()
+    return TokenizerPair.from_state({"src": model, "tgt": model})
+
+
+def run_case(name: str, steps: int, warmup: int) -> dict:
+    start = time.perf_counter()
+    import torch
+    import torch.nn.functional as F
+
+    from nmt.data.batching import collate, encode_pairs, filter_long, length_grouped_batches
+    from nmt.data.sources import load_split
+    from nmt.data.tokenizer import PAD
+    from nmt.model.seq2seq import Seq2Seq, count_parameters
+
+    style, attention, feeding = CASES[name]
+    directory, toy = data_dir()
+    cfg = bench_config(style, attention, feeding, directory, toy)
+    tok = tokenizers(cfg)
+    examples = filter_long(encode_pairs(load_split(cfg.data, "train"), tok), 80)
+    batches = length_grouped_batches(examples, 64, seed=1, epoch=0)[: warmup + steps]
+    torch.manual_seed(1)
+    model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tokens, first_step = 0, None
+    for i, indices in enumerate(batches):
+        if i == warmup:
+            t0, tokens = time.perf_counter(), 0
+        batch = collate([examples[j] for j in indices])
+        logits, _ = model(batch.src, batch.src_len, batch.tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        tokens += batch.n_tgt_tokens
+        if first_step is None:
+            first_step = time.perf_counter() - start
+    seconds = time.perf_counter() - t0
+    return {
+        "case": name,
+        "value": round(tokens / seconds, 1),
+        "unit": "tgt_tokens/s",
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "parameters": count_parameters(model),
+        "steps": steps,
+        "time_to_first_step_s": round(first_step, 2),
+        "data": "multi30k de-en" if not toy else "toy",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--case", choices=sorted(CASES), help="run one case in this process")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per case)")
+    args = parser.parse_args()
+    if args.case:
+        result = run_case(args.case, args.steps, args.warmup)
+        print(json.dumps(result) if args.json else result)
+        return
+    results = []
+    for name in CASES:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--case",
+            name,
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+            "--json",
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        results.append(json.loads(out.strip().splitlines()[-1]))
+        if not args.json:
+            r = results[-1]
+            print(
+                f"{r['case']:34} {r['value']:9.0f} tgt tok/s  {r['parameters']:>11,} params  "
+                f"{r['peak_rss_mib']:7.0f} MiB",
+                flush=True,
+            )
+    if args.json:
+        print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""`nmt translate` options on a briefly trained toy model."""
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from tests.test_end_to_end import TINY, invoke, sets
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model(toy_dir, tmp_path_factory):
+    run = tmp_path_factory.mktemp("translate") / "run"
+    invoke(
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=20", "data.max_len=12"]),
+        "--out",
+        run,
+        "--quiet",
+    )
+    return run
+
+
+@pytest.fixture()
+def text(toy_dir):
+    return (toy_dir / "test.human").read_text().splitlines()[:12]
+
+
+def translate(*args, input=None):
+    result = runner.invoke(app, ["translate", *map(str, args)], input=input)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_nbest_tsv_lists_k_ranked_hypotheses(model, text):
+    out = translate("-m", model, "--beam", 4, "--nbest", 3, input="\n".join(text) + "\n").stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert len(rows) == 3 * len(text)
+    assert [(int(r[0]), int(r[1])) for r in rows[:3]] == [(1, 1), (1, 2), (1, 3)]
+    first = [float(r[2]) for r in rows[:3]]
+    assert first == sorted(first, reverse=True)
+
+
+def test_scores_and_attention_jsonl(model, text, tmp_path):
+    attention = tmp_path / "att.jsonl"
+    out = translate("-m", model, "--scores", "--attention", attention, input="\n".join(text) + "\n").stdout
+    scores = [float(line.split("\t")[0]) for line in out.splitlines()]
+    assert len(scores) == len(text) and all(s <= 0 for s in scores)
+    records = [json.loads(line) for line in attention.read_text().splitlines()]
+    assert [r["index"] for r in records] == list(range(1, len(text) + 1))
+    first = records[0]
+    assert len(first["weights"]) == len(first["target"]) and len(first["weights"][0]) == len(first["source"])
+    assert first["source"][-1] == "</s>"
+
+
+def test_token_batches_give_the_same_output_as_sentence_batches(model, text):
+    by_sentences = translate("-m", model, "--batch-size", 5, input="\n".join(text) + "\n").stdout
+    by_tokens = translate(
+        "-m", model, "--batch-type", "tokens", "--batch-size", 40, input="\n".join(text) + "\n"
+    ).stdout
+    assert by_sentences == by_tokens
+
+
+def test_long_lines_are_truncated_with_a_warning(model):
+    long = " ".join(["Montag, 5. März 2001"] * 6)
+    result = translate("-m", model, input=f"{long}\n5.6.1990\n")
+    assert len(result.stdout.splitlines()) == 2
+    assert "1 input lines were longer" in result.stderr
+
+
+def test_ensemble_of_two_checkpoints(model, text, tmp_path):
+    out = translate("-m", model, "-m", model / "checkpoints" / "last.pt", input="\n".join(text) + "\n").stdout
+    assert len(out.splitlines()) == len(text)
+
+
+def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_path):
+    other = tmp_path / "other"
+    invoke(
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=1", "tokenizer.vocab_size=90"]),
+        "--out",
+        other,
+        "--quiet",
+    )
+    result = runner.invoke(app, ["translate", "-m", str(model), "-m", str(other)], input="x\n")
+    assert result.exit_code == 2 and "share their vocabularies" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--beam", "0"], "--beam"),
+        (["--batch-type", "words"], "decode.batch_type"),
+        (["-i", "missing.txt"], "file not found"),
+    ],
+)
+def test_bad_options_fail_cleanly(model, args, message):
+    result = runner.invoke(app, ["translate", "-m", str(model), *args], input="x\n")
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_incompatible_checkpoint_version(model, tmp_path):
+    import torch
+
+    state = torch.load(model / "checkpoints" / "last.pt", weights_only=True)
+    state["format_version"] = 99
+    torch.save(state, tmp_path / "future.pt")
+    result = runner.invoke(app, ["translate", "-m", str(tmp_path / "future.pt")], input="x\n")
+    assert result.exit_code == 2 and "format 99 is not supported" in result.stderr
+
+
+def test_non_utf8_input_names_the_line(model, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"5.6.1990\n\xff\xfe\n")
+    result = runner.invoke(app, ["translate", "-m", str(model), "-i", str(bad)])
+    assert result.exit_code == 2 and "line 2 is not valid UTF-8" in result.stderr
+
+
+def test_output_file_is_written_whole(model, text, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(text) + "\n")
+    translate("-m", model, "-i", src, "-o", tmp_path / "out.txt")
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == len(text)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    shutil.rmtree(tmp_path)
