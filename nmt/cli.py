@@ -7,7 +7,6 @@ Heavy packages (torch, datasets, sacrebleu, matplotlib) are imported inside the 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -147,33 +146,47 @@ def translate(
 @app.command("eval")
 @user_errors
 def eval_cmd(
-    ref: Annotated[Path, typer.Option("--ref", "-r", help="Reference translations, one a line.")],
-    hyp: Annotated[Path | None, typer.Option("--hyp", help="System output to score.")] = None,
-    model: Annotated[
-        Path | None, typer.Option("--model", "-m", help="Translate --src with this model first.")
+    ref: Annotated[
+        list[Path], typer.Option("--ref", "-r", help="Reference file; repeat for several references.")
+    ],
+    hyp: Annotated[
+        list[Path] | None, typer.Option("--hyp", help="System output; repeat to compare systems.")
     ] = None,
-    src: Annotated[Path | None, typer.Option("--src", help="Source sentences for --model.")] = None,
+    model: Annotated[
+        list[Path] | None, typer.Option("--model", "-m", help="Translate --src with this model.")
+    ] = None,
+    src: Annotated[
+        Path | None, typer.Option("--src", help="Source sentences (for --model, --by src, details).")
+    ] = None,
     beam: Annotated[int | None, typer.Option(min=1, help="Beam size with --model.")] = None,
     device: Annotated[str, typer.Option(help="Device with --model.")] = "cpu",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    tokenize: Annotated[
+        str, typer.Option(help="sacreBLEU tokenizer: 13a, intl, zh, char, none, ...")
+    ] = "13a",
+    lowercase: Annotated[bool, typer.Option("--lowercase", help="Case-insensitive scores.")] = False,
+    chrf_plus: Annotated[
+        bool, typer.Option("--chrf++", help="chrF++ (word bigrams) instead of chrF.")
+    ] = False,
+    buckets: Annotated[str, typer.Option(help="Length bucket upper bounds.")] = "10,20,30,40,50",
+    by: Annotated[str, typer.Option(help="Bucket by ref or src length.")] = "ref",
+    bootstrap: Annotated[int, typer.Option(min=0, help="Paired bootstrap resamples (0: no test).")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 12345,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a BLEU-by-length bar chart PNG here.")] = None,
+    details: Annotated[Path | None, typer.Option(help="Write per-sentence scores here (TSV).")] = None,
 ) -> None:
     """Score output with sacreBLEU, overall and by length (nmt eval --hyp out.txt --ref ref.txt)."""
-    from nmt.evaluate.scoring import score
-    from nmt.fileio import read_lines
+    from nmt.evaluate.report import run_eval
+    from nmt.evaluate.scoring import EvalOptions, parse_buckets
 
-    refs = read_lines(ref)
-    if (hyp is None) == (model is None):
-        raise NMTError("eval: give either --hyp FILE, or --model CKPT with --src FILE")
-    if model is not None:
-        if src is None:
-            raise NMTError("eval: --model needs --src FILE")
-        from nmt.decode.translator import load_translator
-
-        hyps = [t.text for t in load_translator([model], {"beam": beam}, device).translate(read_lines(src))]
-    else:
-        hyps = read_lines(hyp)
-    report = score(hyps, refs)
-    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.table())
+    if by not in ("ref", "src"):
+        raise NMTError(f"--by {by}: expected ref or src")
+    opts = EvalOptions(
+        tokenize, lowercase, 2 if chrf_plus else 0, parse_buckets(buckets), by, bootstrap, seed
+    )
+    typer.echo(
+        run_eval(ref, hyp or [], model or [], src, {"beam": beam}, device, opts, as_json, plot, details)
+    )
 
 
 @app.command()
@@ -206,3 +219,42 @@ def data_toy(
     target = out if out is not None else Path(load_config(config).data.dir)
     sizes = write_toy_corpus(target, seed=seed)
     typer.echo(f"wrote {', '.join(f'{n} {split}' for split, n in sizes.items())} pairs to {target}")
+
+
+plot_app = typer.Typer(
+    help="Plots of attention and training (nmt plot curves runs/toy).", no_args_is_help=True
+)
+app.add_typer(plot_app, name="plot")
+
+
+@plot_app.command("attention")
+@user_errors
+def plot_attention(
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")],
+    attention: Annotated[
+        Path | None, typer.Option(help="A JSONL file from nmt translate --attention.")
+    ] = None,
+    index: Annotated[int, typer.Option(min=1, help="Which sentence of the JSONL file (1-based).")] = 1,
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Or: a checkpoint ...")] = None,
+    sentence: Annotated[str | None, typer.Option(help="... and a sentence to translate.")] = None,
+    beam: Annotated[int, typer.Option(min=1, help="Beam size with --model.")] = 1,
+) -> None:
+    """Attention heatmap of one sentence (nmt plot attention --attention att.jsonl -o a.png)."""
+    from nmt.evaluate.report import plot_attention_of
+
+    plot_attention_of(out, attention, index, model, sentence, beam)
+    typer.echo(f"wrote {out}")
+
+
+@plot_app.command("curves")
+@user_errors
+def plot_curves(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories to overlay.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")] = Path("curves.png"),
+) -> None:
+    """Loss, perplexity and BLEU vs step and wall time (nmt plot curves runs/a runs/b -o c.png)."""
+    from nmt.evaluate.plots import training_curves
+    from nmt.train.trainer import read_metrics
+
+    training_curves({str(run): read_metrics(run) for run in runs}, out)
+    typer.echo(f"wrote {out}")

@@ -20,6 +20,10 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     A crash at any moment leaves either the old file or the new one, never half of one.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # /dev/stdout, /dev/null, a FIFO: never replace those
+        with open(path, "wb") as f:
+            write(f)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 
-import pytest
 from typer.testing import CliRunner
 
 from nmt import __version__
@@ -77,28 +76,11 @@ def test_not_a_checkpoint(tmp_path):
 def test_eval_line_count_mismatch(tmp_path):
     (tmp_path / "h").write_text("a\nb\n")
     (tmp_path / "r").write_text("a\n")
-    fails_cleanly(["eval", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")], "2 lines", "have 1")
+    fails_cleanly(
+        ["eval", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")], "has 2 lines", "have 1"
+    )
 
 
 def test_eval_needs_hyp_or_model(tmp_path):
     (tmp_path / "r").write_text("a\n")
     fails_cleanly(["eval", "--ref", str(tmp_path / "r")], "--hyp")
-
-
-def test_eval_scores_files_as_sacrebleu_does(tmp_path):
-    import json
-
-    import sacrebleu
-
-    hyps = ["the cat sat on the mat", "a dog", "hello world again and again"]
-    refs = ["the cat sat on a mat", "a dog barked", "hello world again and again"]
-    (tmp_path / "h").write_text("\n".join(hyps) + "\n")
-    (tmp_path / "r").write_text("\n".join(refs) + "\n")
-    result = runner.invoke(
-        app, ["eval", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r"), "--json"]
-    )
-    report = json.loads(result.stdout)
-    assert report["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
-    assert report["buckets"][0]["sentences"] == 3 and report["buckets"][1]["bleu"] is None
-    table = runner.invoke(app, ["eval", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")]).stdout
-    assert "nrefs:1|case:mixed" in table and "BLEU by reference length" in table

@@ -54,7 +54,7 @@ def test_training_writes_config_checkpoints_and_metrics(trained):
     assert [m["step"] for m in train_lines] == [10, 20, 30, 40]
     assert train_lines[-1]["loss"] < train_lines[0]["loss"]
     assert [m["step"] for m in valid_lines] == [20, 40]
-    assert all(k.startswith("valid") for m in valid_lines for k in m if k not in ("step", "epoch"))
+    assert all(k.startswith("valid") for m in valid_lines for k in m if k not in ("step", "epoch", "time"))
 
 
 def test_translate_and_eval(trained, toy_dir, tmp_path):
@@ -90,13 +90,13 @@ def test_translate_and_eval(trained, toy_dir, tmp_path):
     )
     assert len(beam.read_text().splitlines()) == len(lines)
     report = json.loads(invoke("eval", "--hyp", hyp, "--ref", toy_dir / "test.iso", "--json").stdout)
-    assert report["sentences"] == len(lines) and 0 <= report["bleu"] <= 100
+    assert report["sentences"] == len(lines) and 0 <= report["systems"][0]["scores"]["BLEU"] <= 100
     direct = json.loads(
         invoke(
             "eval", "-m", trained, "--src", toy_dir / "test.human", "--ref", toy_dir / "test.iso", "--json"
         ).stdout
     )
-    assert direct["bleu"] == pytest.approx(report["bleu"])
+    assert direct["systems"][0]["scores"] == pytest.approx(report["systems"][0]["scores"])
 
 
 def test_translate_keeps_empty_lines_and_line_count(trained):
@@ -142,3 +142,57 @@ def test_the_demo_model_learns_the_toy_task(tmp_path):
     )
     valid = [m for m in read_metrics(tmp_path / "run") if "valid_exact_match" in m]
     assert valid[-1]["valid_exact_match"] > 0.9
+
+
+def png_size(path):
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    assert image.std() > 0.02  # not a blank canvas
+    return image.shape[1], image.shape[0]
+
+
+def test_plot_attention_from_jsonl_and_from_a_checkpoint(trained, toy_dir, tmp_path):
+    att = tmp_path / "att.jsonl"
+    invoke(
+        "translate",
+        "-m",
+        trained,
+        "-i",
+        toy_dir / "test.human",
+        "-o",
+        tmp_path / "out.txt",
+        "--attention",
+        att,
+    )
+    invoke("plot", "attention", "--attention", att, "--index", 3, "-o", tmp_path / "a.png")
+    invoke("plot", "attention", "-m", trained, "--sentence", "Montag, 5. März 2001", "-o", tmp_path / "b.png")
+    for name in ("a.png", "b.png"):
+        width, height = png_size(tmp_path / name)
+        assert width >= 400 and height >= 300
+    bad = runner.invoke(app, ["plot", "attention", "--attention", str(att), "--index", "999", "-o", "x.png"])
+    assert bad.exit_code == 2 and "no sentence 999" in bad.stderr
+
+
+def test_plot_curves_overlays_runs(trained, tmp_path):
+    invoke("plot", "curves", trained, trained, "-o", tmp_path / "curves.png")
+    width, height = png_size(tmp_path / "curves.png")
+    assert width >= 1000 and height >= 700
+    assert all("time" in m for m in read_metrics(trained))
+
+
+def test_interactive_mode_answers_each_line(trained, monkeypatch, capsys):
+    from nmt.decode.output import OutputOptions, interactive
+    from nmt.decode.translator import load_translator
+
+    answers = iter(["5.6.1990", ""])
+
+    def fake_input(prompt):
+        try:
+            return next(answers)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    interactive(load_translator([trained], {}), OutputOptions())
+    assert capsys.readouterr().out.count("\n") == 2

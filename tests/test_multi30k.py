@@ -38,6 +38,6 @@ def test_train_briefly_then_eval_prints_bleu_by_length(tmp_path):
     src, ref = MULTI30K / "test_2016_flickr.de", MULTI30K / "test_2016_flickr.en"
     result = runner.invoke(app, ["eval", "-m", str(tmp_path / "run"), "--src", str(src), "--ref", str(ref)])
     assert result.exit_code == 0, result.output
-    assert "BLEU by reference length" in result.stdout
+    assert "BLEU by ref length" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("1-10", "11-20"))]
     assert sum(int(r[1]) for r in rows) > 900  # Multi30k sentences are short: nearly all in 1-20

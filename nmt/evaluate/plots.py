@@ -8,14 +8,28 @@ from pathlib import Path
 from nmt.fileio import atomic_write
 
 
-def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], path: Path) -> None:
-    """Source pieces on x, target pieces on y, one cell per weight, with a colour bar."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    weights = weights[: len(tgt_pieces), : len(src_pieces)].float().numpy()
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    _pyplot().close(fig)
+    atomic_write(Path(path), lambda f: f.write(buffer.getvalue()))
+
+
+def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], path: Path) -> None:
+    """Source pieces on x, target pieces on y, one cell per weight, with a colour bar."""
+    import numpy as np
+
+    plt = _pyplot()
+    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
     fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(src_pieces) + 2), max(3, 0.4 * len(tgt_pieces) + 1.5)))
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=60, ha="right")
@@ -24,7 +38,48 @@ def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], pat
     ax.set_ylabel("output")
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(Path(path), lambda f: f.write(buffer.getvalue()))
+    _save(fig, path)
+
+
+def bleu_by_length_chart(report, path: Path) -> None:
+    """Grouped bars: BLEU per length bucket for each system, with the sentence count per bucket."""
+    plt = _pyplot()
+    buckets = report.systems[0].buckets
+    n_sys = len(report.systems)
+    width = 0.8 / n_sys
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(buckets) + 2), 4.5))
+    for k, system in enumerate(report.systems):
+        xs = [i + (k - (n_sys - 1) / 2) * width for i in range(len(buckets))]
+        ax.bar(xs, [b.bleu or 0.0 for b in system.buckets], width, label=system.name)
+    ax.set_xticks(range(len(buckets)), [f"{b.label}\n(n={b.sentences})" for b in buckets])
+    ax.set_xlabel(f"{report.bucket_by} length in words (sentences per bucket)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("BLEU by sentence length")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
+    """Loss, validation perplexity and BLEU against step, and BLEU against wall time, per run."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    panels = [
+        (axes[0, 0], "step", "loss", "training loss (per token)"),
+        (axes[0, 1], "step", "valid_ppl", "validation perplexity"),
+        (axes[1, 0], "step", "valid_bleu", "validation BLEU"),
+        (axes[1, 1], "time", "valid_bleu", "validation BLEU vs wall time (s)"),
+    ]
+    for ax, x_key, y_key, title in panels:
+        for label, metrics in runs.items():
+            points = [(m[x_key], m[y_key]) for m in metrics if y_key in m and x_key in m]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o" if len(points) < 30 else None, label=label)
+        ax.set_title(title)
+        ax.set_xlabel(x_key)
+        ax.grid(alpha=0.3)
+    axes[0, 1].set_yscale("log")
+    axes[0, 0].legend()
+    fig.tight_layout()
+    _save(fig, path)

@@ -20,7 +20,7 @@ from nmt.data.sources import load_split
 from nmt.data.tokenizer import PAD, TokenizerPair
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
-from nmt.evaluate.scoring import score
+from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train.device import Precision, resolve_device
@@ -37,6 +37,7 @@ class Progress:
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already consumed
     best_bleu: float = -1.0
+    elapsed: float = 0.0  # training wall-clock seconds before this session
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
         random.seed(cfg.train.seed)
         self.progress = Progress()
+        self.session_start = time.perf_counter()
         checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
 
         train_pairs = load_split(cfg.data, "train")
@@ -97,7 +99,12 @@ class Trainer:
 
             tqdm.write(message, file=sys.stderr)
 
+    def elapsed(self) -> float:
+        """Wall-clock seconds of training so far, across resumed sessions."""
+        return self.progress.elapsed + time.perf_counter() - self.session_start
+
     def record(self, entry: dict) -> None:
+        entry["time"] = round(self.elapsed(), 2)
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -189,7 +196,9 @@ class Trainer:
             total, tokens = total + float(loss), tokens + n
         translator = Translator(self.model, self.tok, self.cfg.decode, self.device)
         hyps = [t.text for t in translator.translate([s for s, _ in self.valid_pairs])]
-        report = score(hyps, [t for _, t in self.valid_pairs])
+        report = evaluate(
+            {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)
+        ).systems[0]
         p = self.progress
         atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", "".join(h + "\n" for h in hyps))
         entry = {
@@ -197,20 +206,21 @@ class Trainer:
             "epoch": p.epoch,
             "valid_loss": total / tokens,
             "valid_ppl": math.exp(min(total / tokens, 50)),
-            "valid_bleu": report.bleu,
-            "valid_chrf": report.chrf,
+            "valid_bleu": report.scores["BLEU"],
+            "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
         }
         self.record(entry)
-        improved = report.bleu > p.best_bleu
+        improved = entry["valid_bleu"] > p.best_bleu
         if improved:
-            p.best_bleu = report.bleu
+            p.best_bleu = entry["valid_bleu"]
         self.save(LAST)
         if improved:
             self.save(BEST)
         self.log(
             f"step {p.step}: valid loss {entry['valid_loss']:.3f} ppl {entry['valid_ppl']:.2f} "
-            f"BLEU {report.bleu:.2f} exact {100 * report.exact_match:.1f}%" + (" (best)" if improved else "")
+            f"BLEU {entry['valid_bleu']:.2f} exact {100 * report.exact_match:.1f}%"
+            + (" (best)" if improved else "")
         )
         return entry
 
@@ -222,7 +232,7 @@ class Trainer:
             self.tok,
             optimizer=self.optimizer.state_dict(),
             scaler=self.precision.scaler.state_dict(),
-            progress=vars(self.progress),
+            progress=vars(self.progress) | {"elapsed": self.elapsed()},
             rng={"torch": torch.get_rng_state()},
         )
 
