@@ -82,10 +82,11 @@ def train(
     from nmt.train.trainer import train as run_training
 
     result = run_training(config, set_ or [], out, resume, quiet)
-    typer.echo(
-        f"trained {result.steps} steps; best valid BLEU {result.best_bleu:.2f}; "
-        f"checkpoints in {result.run_dir / 'checkpoints'}"
-    )
+    if result.rank == 0:
+        typer.echo(
+            f"trained {result.steps} steps ({result.stopped}); best valid {result.metric} {result.best:.2f}; "
+            f"checkpoints in {result.run_dir / 'checkpoints'}"
+        )
 
 
 @app.command()

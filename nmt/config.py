@@ -96,14 +96,35 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     seed: int = 1
-    batch_size: int = 64  # sentences
+    batch_size: int = 64  # sentences per batch (per process under torchrun)
+    update_every: int = 1  # gradient accumulation: one optimiser step every N batches
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = 0.001
+    momentum: float = 0.9  # sgd
+    weight_decay: float = 0.0
     clip: float = 5.0  # max gradient norm
+    label_smoothing: float = 0.0
+    teacher_forcing_ratio: float = 1.0  # below 1, feed back the model's own predictions
+    teacher_forcing_final: float | None = None  # if set, the ratio moves linearly to this by max_steps
+    schedule: Literal["constant", "plateau", "step", "inverse_sqrt"] = "constant"
+    decay_factor: float = 0.5  # plateau and step
+    decay_patience: int = 1  # plateau: validations without improvement before a decay
+    decay_start_epoch: int = 5  # step: decay after every epoch from this one on (Luong et al.)
+    warmup_steps: int = 4000  # inverse_sqrt
+    min_lr: float = 1e-6
     max_steps: int = 10000
     max_epochs: int = 0  # 0: no limit
+    max_time: float = 0  # wall-clock seconds; 0: no limit
     log_every: int = 50
-    valid_every: int = 500
+    valid_every: int = 500  # also validates at the end of every epoch when valid_at_epoch_end
+    valid_at_epoch_end: bool = False
+    metric: Literal["bleu", "ppl", "loss"] = "bleu"  # chooses best checkpoints and early stopping
+    patience: int = 0  # stop after this many validations without improvement; 0: never
+    keep_best: int = 1  # keep the k best validation checkpoints (best.pt is always the best)
+    average_last: int = 0  # at the end, average the last n validation checkpoints into averaged.pt
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"  # auto: AMP on CUDA, fp32 elsewhere
+    tensorboard: bool = False  # also log to RUN_DIR/tensorboard (needs the tensorboard package)
 
 
 @dataclass
@@ -249,12 +270,25 @@ def validate(cfg: Config, source: str) -> None:
         ("train.batch_size", cfg.train.batch_size),
         ("train.log_every", cfg.train.log_every),
         ("train.valid_every", cfg.train.valid_every),
+        ("train.update_every", cfg.train.update_every),
+        ("train.keep_best", cfg.train.keep_best),
         ("decode.beam", cfg.decode.beam),
         ("decode.batch_size", cfg.decode.batch_size),
         ("decode.max_len", cfg.decode.max_len),
     ]:
         if value < 1:
             fail(key, f"must be at least 1, got {value}")
+    t = cfg.train
+    for key, value in [
+        ("teacher_forcing_ratio", t.teacher_forcing_ratio),
+        ("label_smoothing", t.label_smoothing),
+    ]:
+        if not 0 <= value <= 1:
+            fail(f"train.{key}", f"must be in [0, 1], got {value}")
+    if t.teacher_forcing_final is not None and not 0 <= t.teacher_forcing_final <= 1:
+        fail("train.teacher_forcing_final", "must be in [0, 1]")
+    if not 0 < t.decay_factor <= 1:
+        fail("train.decay_factor", "must be in (0, 1]")
     if cfg.decode.alpha < 0 or cfg.decode.coverage < 0:
         fail("decode.alpha", "alpha and coverage must not be negative")
     if cfg.tokenizer.vocab_size < 8:

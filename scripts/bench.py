@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--case", choices=sorted(CASES), help="run one case in this process")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per case)")
     args = parser.parse_args()
     if args.case:
@@ -146,7 +147,7 @@ def main() -> None:
         print(json.dumps(result) if args.json else result)
         return
     results = []
-    for name in CASES:
+    for name in [c for c in CASES if args.only in c]:
         cmd = [
             sys.executable,
             __file__,

@@ -80,6 +80,7 @@ def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
         ax.set_xlabel(x_key)
         ax.grid(alpha=0.3)
     axes[0, 1].set_yscale("log")
-    axes[0, 0].legend()
+    if axes[0, 0].get_legend_handles_labels()[0]:
+        axes[0, 0].legend()
     fig.tight_layout()
     _save(fig, path)

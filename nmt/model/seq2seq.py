@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from nmt.config import ModelConfig
@@ -30,10 +31,32 @@ class Seq2Seq(nn.Module):
         keys = self.decoder.attention.prepare(memory, mask)
         return Memory(memory, mask, keys), self.decoder.init_state(*self.bridge(h, c))
 
-    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher-forced logits (B, T, V) and attention weights (B, T, S)."""
+    def forward(
+        self,
+        src: Tensor,
+        src_len: Tensor,
+        tgt_in: Tensor,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Logits (B, T, V) and attention weights (B, T, S) for the target prefix `tgt_in`.
+
+        With `teacher_forcing` < 1 the next input is the reference token with that probability,
+        else the model's own greedy prediction (detached), drawn per sentence and step
+        (scheduled sampling, Bengio et al. 2015); this needs the step-by-step path.
+        """
         mem, state = self.encode(src, src_len)
-        return self.decoder(tgt_in, state, mem)
+        if teacher_forcing >= 1.0:
+            return self.decoder(tgt_in, state, mem)
+        y, logits, weights = tgt_in[:, 0], [], []
+        for t in range(tgt_in.size(1)):
+            step_logits, state, step_weights = self.decoder.step(y, state, mem, t)
+            logits.append(step_logits)
+            weights.append(step_weights)
+            if t + 1 < tgt_in.size(1):
+                use_reference = torch.rand(y.size(0), generator=generator).to(y.device) < teacher_forcing
+                y = torch.where(use_reference, tgt_in[:, t + 1], step_logits.detach().argmax(-1))
+        return torch.stack(logits, 1), torch.stack(weights, 1)
 
 
 def count_parameters(model: nn.Module) -> int:

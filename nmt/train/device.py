@@ -29,11 +29,23 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Precision:
-    """fp16 autocast + GradScaler on CUDA (bf16 without a scaler where supported); fp32 elsewhere."""
+    """`auto`: AMP on CUDA (bf16 where supported, else fp16 with a GradScaler), fp32 elsewhere.
 
-    def __init__(self, device: torch.device):
-        self.enabled = device.type == "cuda"
-        self.dtype = torch.bfloat16 if self.enabled and torch.cuda.is_bf16_supported() else torch.float16
+    fp16/bf16 on a CPU are refused: autocast around nn.LSTM raises there, and CPUs without bf16
+    units run bf16 matmuls 10-20x slower than fp32.
+    """
+
+    def __init__(self, device: torch.device, precision: str = "auto"):
+        if precision in ("fp16", "bf16") and device.type != "cuda":
+            raise NMTError(
+                f"train.precision: {precision} needs a CUDA device (this run is on {device}); "
+                "use auto or fp32 (mixed precision does not work with nn.LSTM on CPUs)"
+            )
+        self.enabled = device.type == "cuda" and precision != "fp32"
+        bf16 = precision == "bf16" or (
+            precision == "auto" and self.enabled and torch.cuda.is_bf16_supported()
+        )
+        self.dtype = torch.bfloat16 if bf16 else torch.float16
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.enabled and self.dtype == torch.float16)
         self.name = f"AMP {str(self.dtype).removeprefix('torch.')}" if self.enabled else "fp32"
 
@@ -42,10 +54,14 @@ class Precision:
             return contextlib.nullcontext()
         return torch.amp.autocast("cuda", dtype=self.dtype)
 
-    def backward_and_step(self, loss: torch.Tensor, model: torch.nn.Module, optimizer, clip: float) -> None:
-        """Backward, unscale, clip the gradient norm, step; the scaler skips overflow steps."""
+    def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
+
+    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float) -> bool:
+        """Unscale, clip the gradient norm, step; False when the scaler skipped an overflow step."""
         self.scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(optimizer)
         self.scaler.update()
+        return scale is None or self.scaler.get_scale() >= scale

@@ -1,32 +1,47 @@
-"""Teacher-forced training with validation BLEU, best/last checkpoints and resumable state."""
+"""The training loop: teacher-forced cross-entropy, validation BLEU through the translate path,
+checkpoints that are never half-written, and state complete enough to resume exactly."""
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from nmt.checkpoint import BEST, LAST, load_checkpoint, save_checkpoint
+from nmt.checkpoint import LAST, load_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import Example, collate, encode_pairs, filter_long, length_grouped_batches
 from nmt.data.sources import load_split
-from nmt.data.tokenizer import PAD, TokenizerPair
+from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.model.seq2seq import Seq2Seq, count_parameters
+from nmt.train import distributed
+from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.device import Precision, resolve_device
+from nmt.train.loss import LossSums, batch_loss
+from nmt.train.schedule import build_optimizer, build_schedule
 
 # Keys that may change when a run is resumed: budgets and reporting, nothing that alters the maths.
-RESUMABLE_CHANGES = {"train.max_steps", "train.max_epochs", "train.log_every", "train.valid_every"}
+RESUMABLE_CHANGES = {
+    "train.max_steps",
+    "train.max_epochs",
+    "train.max_time",
+    "train.log_every",
+    "train.valid_every",
+    "train.patience",
+    "train.keep_best",
+    "train.average_last",
+    "train.tensorboard",
+    "train.device",
+}
+HIGHER_IS_BETTER = {"bleu": True, "ppl": False, "loss": False}
 
 
 @dataclass
@@ -36,38 +51,41 @@ class Progress:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already consumed
-    best_bleu: float = -1.0
     elapsed: float = 0.0  # training wall-clock seconds before this session
+    validations: list[tuple[int, float]] = field(default_factory=list)  # (step, metric value)
+    best: float | None = None
+    bad_validations: int = 0  # since the last improvement, for early stopping
+    skipped_steps: int = 0  # AMP overflow steps the scaler skipped
 
 
 @dataclass
 class TrainResult:
     run_dir: Path
     steps: int
-    best_bleu: float
+    best: float | None
+    metric: str
+    stopped: str  # why training ended
     last_valid: dict
+    rank: int  # 0 for the process that reports under torchrun
 
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, quiet: bool = False, resume: bool = False):
-        self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
-        self.device = resolve_device(cfg.train.device)
-        self.precision = Precision(self.device)
-        torch.manual_seed(cfg.train.seed)
-        random.seed(cfg.train.seed)
-        self.progress = Progress()
+        self.cfg, self.run_dir = cfg, Path(run_dir)
         self.session_start = time.perf_counter()
+        self.rank, self.world = distributed.rank_and_world()
+        self.quiet = quiet or self.rank > 0
+        self.device = resolve_device(distributed.local_device(cfg.train.device))
+        self.precision = Precision(self.device, cfg.train.precision)
+        torch.manual_seed(cfg.train.seed)
+        self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
         checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
 
         train_pairs = load_split(cfg.data, "train")
         self.valid_pairs = load_split(cfg.data, "valid")
-        if checkpoint:
-            self.tok = checkpoint.tokenizers
-        else:
-            self.tok = TokenizerPair.train(train_pairs, cfg.tokenizer)
+        self.tok = checkpoint.tokenizers if checkpoint else TokenizerPair.train(train_pairs, cfg.tokenizer)
         encoded = encode_pairs(train_pairs, self.tok)
         self.train_examples: list[Example] = filter_long(encoded, cfg.data.max_len)
-        dropped = len(encoded) - len(self.train_examples)
         if not self.train_examples:
             raise NMTError(
                 f"data: no training pair left after dropping pairs over {cfg.data.max_len} subwords"
@@ -75,22 +93,58 @@ class Trainer:
         self.valid_examples = encode_pairs(self.valid_pairs, self.tok)
 
         self.model = Seq2Seq(cfg.model, len(self.tok.src), len(self.tok.tgt)).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
+        self.schedule = build_schedule(self.optimizer, cfg.train)
+        self.keeper = CheckpointKeeper(
+            self.run_dir / "checkpoints", cfg.train.keep_best, cfg.train.average_last, self.higher_is_better
+        )
+        self.progress = Progress()
         if checkpoint:
-            self.model.load_state_dict(checkpoint.model.state_dict())
-            self.optimizer.load_state_dict(checkpoint.state["optimizer"])
-            self.precision.scaler.load_state_dict(checkpoint.state["scaler"])
-            self.progress = Progress(**checkpoint.state["progress"])
-            torch.set_rng_state(checkpoint.state["rng"]["torch"].cpu())
+            self._restore(checkpoint.state)
+        self.ddp_model = distributed.wrap(self.model, self.device)
+        self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
+        dropped = len(encoded) - len(self.train_examples)
         self.log(
-            f"{len(self.train_examples)} training pairs "
-            f"({dropped} over {cfg.data.max_len} subwords dropped), "
-            f"{len(self.valid_pairs)} validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
+            f"data: {len(self.train_examples)} training pairs ({dropped} over {cfg.data.max_len} subwords "
+            f"dropped), {len(self.valid_pairs)} validation pairs; "
+            f"vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
         )
         self.log(
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
+            + (f", {self.world} processes" if self.world > 1 else "")
         )
+
+    @property
+    def higher_is_better(self) -> bool:
+        return HIGHER_IS_BETTER[self.cfg.train.metric]
+
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.precision.scaler.load_state_dict(state["scaler"])
+        progress = dict(state["progress"])
+        progress["validations"] = [tuple(v) for v in progress["validations"]]
+        self.progress = Progress(**progress)
+        torch.set_rng_state(state["rng"]["torch"].cpu())
+        self.generator.set_state(state["rng"]["teacher_forcing"].cpu())
+        if torch.cuda.is_available() and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
+        # The killed session may have logged past its last checkpoint: forget those lines.
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists() and self.rank == 0:
+            kept = [line for line in read_lines(metrics) if json.loads(line)["step"] <= self.progress.step]
+            atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+
+    def _tensorboard(self):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise NMTError(
+                "train.tensorboard: the tensorboard package is not installed (pip install tensorboard)"
+            ) from None
+        return SummaryWriter(str(self.run_dir / "tensorboard"))
 
     # -- reporting ------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -104,20 +158,44 @@ class Trainer:
         return self.progress.elapsed + time.perf_counter() - self.session_start
 
     def record(self, entry: dict) -> None:
+        if self.rank > 0:
+            return
         entry["time"] = round(self.elapsed(), 2)
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
+        if self.tensorboard:
+            for key, value in entry.items():
+                if key not in ("step", "epoch", "time"):
+                    self.tensorboard.add_scalar(key, value, entry["step"])
 
     # -- the loop -------------------------------------------------------------------------------
-    def loss(self, examples: list[Example]) -> tuple[torch.Tensor, int]:
-        """Summed cross-entropy over the target tokens (padding ignored), and their count."""
-        batch = collate(examples).to(self.device)
-        with self.precision.autocast():
-            logits, _ = self.model(batch.src, batch.src_len, batch.tgt_in)
-        total = F.cross_entropy(
-            logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD, reduction="sum"
-        )
-        return total, batch.n_tgt_tokens
+    def train_step(self, groups: list[list[Example]]) -> LossSums:
+        """One optimiser step over `groups` of examples (several groups = gradient accumulation).
+
+        The loss is normalised by the target tokens of the whole step (over every process under
+        torchrun), so accumulating k batches or running on k processes equals one big batch.
+        """
+        batches = [collate(group).to(self.device) for group in groups]
+        step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = LossSums(torch.zeros(()), 0.0, 0)
+        for i, batch in enumerate(batches):
+            with self.precision.autocast(), distributed.no_sync_unless(self.ddp_model, i == len(batches) - 1):
+                sums = batch_loss(self.ddp_model, batch, self.cfg.train, self.progress.step, self.generator)
+            if not math.isfinite(sums.nll) and not self.precision.scaler.is_enabled():
+                raise NMTError(
+                    f"training diverged: non-finite loss at step {self.progress.step + 1}; "
+                    f"the last good checkpoint is {self.run_dir / 'checkpoints' / LAST} "
+                    "(try a lower train.lr or train.clip)"
+                )
+            self.precision.backward(sums.objective * self.world / step_tokens)
+            total = LossSums(
+                total.objective + sums.objective.detach(), total.nll + sums.nll, total.tokens + sums.tokens
+            )
+        if not self.precision.step(self.model, self.optimizer, self.cfg.train.clip):
+            self.progress.skipped_steps += 1
+        return total
 
     def train(self) -> TrainResult:
         from tqdm.auto import tqdm
@@ -133,107 +211,187 @@ class Trainer:
             mininterval=0.5,
             file=sys.stderr,
         )
-        window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+        window = LossSums(torch.zeros(()), 0.0, 0)
+        window_start = time.perf_counter()
         last_valid: dict = {}
+        stopped = ""
         try:
-            while not self._budget_spent():
-                batches = length_grouped_batches(self.train_examples, cfg.batch_size, cfg.seed, p.epoch)
-                while p.batch_in_epoch < len(batches) and not self._budget_spent():
-                    self.model.train()
-                    examples = [self.train_examples[i] for i in batches[p.batch_in_epoch]]
-                    total, n_tokens = self.loss(examples)
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.precision.backward_and_step(total / n_tokens, self.model, self.optimizer, cfg.clip)
+            while not (stopped := self._budget_spent()):
+                batches = self._epoch_batches()
+                while p.batch_in_epoch < len(batches) and not (stopped := self._budget_spent()):
+                    groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
+                    sums = self.train_step([[self.train_examples[i] for i in g] for g in groups])
                     p.step += 1
-                    p.batch_in_epoch += 1
-                    window_loss += float(total.detach())
-                    window_tokens += n_tokens
+                    p.batch_in_epoch += len(groups)
+                    self.schedule.on_step(p.step)
+                    window = LossSums(window.objective, window.nll + sums.nll, window.tokens + sums.tokens)
+                    bar.update()
                     if p.step % cfg.log_every == 0:
-                        elapsed = time.perf_counter() - window_start
-                        loss = window_loss / window_tokens
+                        nll, tokens = distributed.all_reduce_sums([window.nll, window.tokens], self.device)
+                        rate, loss = tokens / (time.perf_counter() - window_start), nll / tokens
                         self.record(
                             {
                                 "step": p.step,
                                 "epoch": p.epoch,
                                 "loss": loss,
                                 "ppl": math.exp(min(loss, 50)),
-                                "lr": self.optimizer.param_groups[0]["lr"],
-                                "tgt_tokens_per_s": window_tokens / elapsed,
+                                "lr": self.schedule.lr,
+                                "tgt_tokens_per_s": rate,
+                                "skipped_steps": p.skipped_steps,
                             }
                         )
                         bar.set_postfix(
-                            loss=f"{loss:.3f}", tok_s=f"{window_tokens / elapsed:.0f}", refresh=False
+                            loss=f"{loss:.3f}",
+                            ppl=f"{math.exp(min(loss, 50)):.1f}",
+                            lr=f"{self.schedule.lr:.2g}",
+                            tok_s=f"{rate:.0f}",
+                            epoch=p.epoch,
+                            refresh=False,
                         )
-                        window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-                    bar.update()
+                        window, window_start = LossSums(torch.zeros(()), 0.0, 0), time.perf_counter()
                     if p.step % cfg.valid_every == 0:
                         last_valid = self.validate()
+                        if self._patience_spent():
+                            break
                 if p.batch_in_epoch >= len(batches):
+                    self.schedule.on_epoch_end(p.epoch)
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+                    if cfg.valid_at_epoch_end and last_valid.get("step") != p.step:
+                        last_valid = self.validate()
+                if self._patience_spent():
+                    stopped = (
+                        f"early stopping: no improvement of valid {cfg.metric} in {cfg.patience} validations"
+                    )
+                    break
         except KeyboardInterrupt:
             bar.close()
             self.save(LAST)
-            print(
-                f"interrupted at step {p.step}; continue with: nmt train --resume {self.run_dir}",
-                file=sys.stderr,
-            )
+            if self.rank == 0:
+                print(
+                    f"interrupted at step {p.step}; continue with: nmt train --resume {self.run_dir}",
+                    file=sys.stderr,
+                )
             raise SystemExit(0) from None
         bar.close()
-        if not last_valid or last_valid["step"] != p.step:
+        if last_valid.get("step") != p.step:
             last_valid = self.validate()
-        return TrainResult(self.run_dir, p.step, p.best_bleu, last_valid)
+        self._average()
+        self.log(f"stopped: {stopped}")
+        return TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, last_valid, self.rank)
 
-    def _budget_spent(self) -> bool:
+    def _epoch_batches(self) -> list[list[int]]:
+        """This process's batches for the current epoch (every `world`-th under torchrun)."""
+        cfg = self.cfg.train
+        batches = length_grouped_batches(self.train_examples, cfg.batch_size, cfg.seed, self.progress.epoch)
+        return distributed.shard(batches, self.rank, self.world)
+
+    def _budget_spent(self) -> str:
         cfg, p = self.cfg.train, self.progress
-        return p.step >= cfg.max_steps or bool(cfg.max_epochs and p.epoch >= cfg.max_epochs)
+        if p.step >= cfg.max_steps:
+            return f"reached train.max_steps ({cfg.max_steps})"
+        if cfg.max_epochs and p.epoch >= cfg.max_epochs:
+            return f"reached train.max_epochs ({cfg.max_epochs})"
+        if cfg.max_time and distributed.any_true(self.elapsed() >= cfg.max_time, self.device):
+            return f"reached train.max_time ({cfg.max_time:g} s)"
+        return ""
+
+    def _patience_spent(self) -> bool:
+        return bool(self.cfg.train.patience) and self.progress.bad_validations >= self.cfg.train.patience
 
     @torch.no_grad()
-    def validate(self) -> dict:
+    def evaluate_model(self) -> dict:
+        """Validation loss, perplexity and translation scores of the current weights."""
         self.model.eval()
-        total, tokens = 0.0, 0
+        nll, tokens = 0.0, 0
         for start in range(0, len(self.valid_examples), self.cfg.decode.batch_size):
-            loss, n = self.loss(self.valid_examples[start : start + self.cfg.decode.batch_size])
-            total, tokens = total + float(loss), tokens + n
+            batch = collate(self.valid_examples[start : start + self.cfg.decode.batch_size]).to(self.device)
+            with self.precision.autocast():
+                sums = batch_loss(self.model, batch, self.cfg.train, self.progress.step, self.generator)
+            nll, tokens = nll + sums.nll, tokens + sums.tokens
         translator = Translator(self.model, self.tok, self.cfg.decode, self.device)
         hyps = [t.text for t in translator.translate([s for s, _ in self.valid_pairs])]
         report = evaluate(
             {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)
         ).systems[0]
-        p = self.progress
-        atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", "".join(h + "\n" for h in hyps))
-        entry = {
-            "step": p.step,
-            "epoch": p.epoch,
-            "valid_loss": total / tokens,
-            "valid_ppl": math.exp(min(total / tokens, 50)),
+        return {
+            "valid_loss": nll / tokens,
+            "valid_ppl": math.exp(min(nll / tokens, 50)),
             "valid_bleu": report.scores["BLEU"],
             "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
+            "hypotheses": hyps,
         }
-        self.record(entry)
-        improved = entry["valid_bleu"] > p.best_bleu
-        if improved:
-            p.best_bleu = entry["valid_bleu"]
-        self.save(LAST)
-        if improved:
-            self.save(BEST)
-        self.log(
-            f"step {p.step}: valid loss {entry['valid_loss']:.3f} ppl {entry['valid_ppl']:.2f} "
-            f"BLEU {entry['valid_bleu']:.2f} exact {100 * report.exact_match:.1f}%"
-            + (" (best)" if improved else "")
-        )
+
+    def validate(self) -> dict:
+        """Validate (rank 0 only), keep the checkpoints, and step the plateau schedule everywhere."""
+        p, cfg = self.progress, self.cfg.train
+        if self.rank == 0:
+            scores = self.evaluate_model()
+            hyps = scores.pop("hypotheses")
+            atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", "".join(h + "\n" for h in hyps))
+            value = scores[f"valid_{cfg.metric}"]
+            improved = p.best is None or (value > p.best if self.higher_is_better else value < p.best)
+        else:
+            scores, value, improved = {}, 0.0, False
+        value, improved = distributed.broadcast_from_rank0((value, improved))
+        p.validations.append((p.step, value))
+        p.best = value if improved else p.best
+        p.bad_validations = 0 if improved else p.bad_validations + 1
+        self.schedule.on_validation(improved)
+        entry = {"step": p.step, "epoch": p.epoch, **scores}
+        if self.rank == 0:
+            self.record(entry)
+            self.save(LAST)
+            self.keeper.after_validation(p.validations, improved)
+            self.log(
+                f"step {p.step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
+                f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}%"
+                + (" (best)" if improved else "")
+            )
+            self._plot_curves()
         return entry
 
+    def _plot_curves(self) -> None:
+        from nmt.evaluate.plots import training_curves
+
+        training_curves(
+            {self.run_dir.name: read_metrics(self.run_dir)}, self.run_dir / "plots" / "curves.png"
+        )
+
+    def _average(self) -> None:
+        """Average the last n validation snapshots into averaged.pt and report its scores."""
+        if self.rank > 0:
+            return
+        averaged = self.keeper.average(self.progress.validations)
+        if averaged is None:
+            return
+        current = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(averaged)
+        scores = self.evaluate_model()
+        scores.pop("hypotheses")
+        self.save("averaged.pt")
+        self.model.load_state_dict(current)
+        self.record({"step": self.progress.step, **{f"{k}_averaged": v for k, v in scores.items()}})
+        self.log(
+            f"averaged last {self.cfg.train.average_last} checkpoints: valid BLEU {scores['valid_bleu']:.2f}"
+        )
+
     def save(self, name: str) -> None:
+        if self.rank > 0:
+            return
+        rng = {"torch": torch.get_rng_state(), "teacher_forcing": self.generator.get_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
         save_checkpoint(
             self.run_dir / "checkpoints" / name,
             self.cfg,
             self.model,
             self.tok,
             optimizer=self.optimizer.state_dict(),
+            schedule=self.schedule.state_dict(),
             scaler=self.precision.scaler.state_dict(),
             progress=vars(self.progress) | {"elapsed": self.elapsed()},
-            rng={"torch": torch.get_rng_state()},
+            rng=rng,
         )
 
 
@@ -254,16 +412,15 @@ def resume_config(run_dir: Path, config: str | None, overrides: list[str]) -> Co
         raise NMTError(f"{run_dir}: nothing to resume (no config.yaml or checkpoints/{LAST})")
     saved = load_config(saved_path)
     wanted = load_config(config or saved_path, overrides)
-    changed = sorted(
-        k for k, v in _flatten(wanted.to_dict()).items() if _flatten(saved.to_dict()).get(k) != v
-    )
+    before, after = _flatten(saved.to_dict()), _flatten(wanted.to_dict())
+    changed = sorted(k for k in after if before.get(k) != after[k])
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
     if refused:
         raise NMTError(
             f"cannot resume {run_dir} with a changed {', '.join(refused)} "
             f"(only {', '.join(sorted(RESUMABLE_CHANGES))} may change)"
         )
-    if changed:
+    if changed and distributed.rank_and_world()[0] == 0:
         atomic_write_text(saved_path, wanted.to_yaml())
     return wanted
 
@@ -282,16 +439,22 @@ def train(
     config: str | None, overrides: list[str], out: Path | None, resume: Path | None, quiet: bool
 ) -> TrainResult:
     """`nmt train`: a new run in `out`, or the continuation of the run in `resume`."""
-    if resume:
-        cfg = resume_config(Path(resume), config, overrides)
-        run_dir = Path(resume)
-    else:
-        if config is None:
-            raise NMTError("train: give --config FILE (or --resume RUN_DIR)")
-        cfg = load_config(config, overrides)
-        run_dir = Path(out) if out else Path("runs") / Path(config).stem
-        prepare_run_dir(run_dir, cfg)
-    return Trainer(cfg, run_dir, quiet=quiet, resume=bool(resume)).train()
+    distributed.init()
+    try:
+        if resume:
+            cfg = resume_config(Path(resume), config, overrides)
+            run_dir = Path(resume)
+        else:
+            if config is None:
+                raise NMTError("train: give --config FILE (or --resume RUN_DIR)")
+            cfg = load_config(config, overrides)
+            run_dir = Path(out) if out else Path("runs") / Path(config).stem
+            if distributed.rank_and_world()[0] == 0:
+                prepare_run_dir(run_dir, cfg)
+            distributed.barrier()
+        return Trainer(cfg, run_dir, quiet=quiet, resume=bool(resume)).train()
+    finally:
+        distributed.shutdown()
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

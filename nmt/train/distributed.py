@@ -1,0 +1,93 @@
+"""Data-parallel training under torchrun: one process per device, NCCL on GPUs, gloo on CPUs.
+
+Every helper is a no-op in a single process, so the trainer reads the same either way. Rank 0
+alone logs, validates and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init() -> None:
+    """Join the process group when launched by torchrun (it sets WORLD_SIZE and friends)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def local_device(name: str) -> str:
+    """Under torchrun each process takes the GPU of its LOCAL_RANK."""
+    if rank_and_world()[1] > 1 and name in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    return name
+
+
+def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    if rank_and_world()[1] == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def shard(batches: list, rank: int, world: int) -> list:
+    """Every world-th batch from `rank`, all shards equally long so no process waits forever."""
+    usable = len(batches) - len(batches) % world
+    return batches[rank:usable:world]
+
+
+def all_reduce_sum(value: int, device: torch.device) -> int:
+    if rank_and_world()[1] == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    dist.all_reduce(tensor)
+    return int(tensor)
+
+
+def all_reduce_sums(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise sums over all processes (in float64)."""
+    if rank_and_world()[1] == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def any_true(flag: bool, device: torch.device) -> bool:
+    """True on every process if it is true on any (so all stop at the same step)."""
+    return all_reduce_sum(int(flag), device) > 0
+
+
+def broadcast_from_rank0(obj):
+    if rank_and_world()[1] == 1:
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def barrier() -> None:
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
+def no_sync_unless(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """Skip DDP's gradient all-reduce on all but the last of several accumulated batches."""
+    if sync or not hasattr(model, "no_sync"):
+        return contextlib.nullcontext()
+    return model.no_sync()

@@ -1,0 +1,109 @@
+"""Learning-rate schedules, one class each, registered by name. Each sees the events it needs
+(steps, epoch ends, validation results) and keeps its state in the checkpoint."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from nmt.config import TrainConfig
+
+
+class Schedule:
+    registry: ClassVar[dict[str, type[Schedule]]] = {}
+
+    def __init_subclass__(cls, name: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if name:
+            cls.registry[name] = cls
+
+    def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
+        self.optimizer, self.cfg = optimizer, cfg
+        self.base_lr = cfg.lr
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def on_step(self, step: int) -> None:
+        """Called after optimiser step `step` (1-based)."""
+
+    def on_epoch_end(self, epoch: int) -> None:
+        """Called when epoch `epoch` (0-based) has been consumed."""
+
+    def on_validation(self, improved: bool) -> None:
+        """Called after each validation, with whether the watched metric improved."""
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.set_lr(state["lr"])
+
+
+class Constant(Schedule, name="constant"):
+    """The learning rate never changes."""
+
+
+class Plateau(Schedule, name="plateau"):
+    """Multiply by `decay_factor` after `decay_patience` validations without improvement."""
+
+    def __init__(self, optimizer, cfg):
+        super().__init__(optimizer, cfg)
+        self.bad = 0
+
+    def on_validation(self, improved):
+        self.bad = 0 if improved else self.bad + 1
+        if self.bad >= self.cfg.decay_patience:
+            self.set_lr(max(self.cfg.min_lr, self.lr * self.cfg.decay_factor))
+            self.bad = 0
+
+    def state_dict(self):
+        return {"lr": self.lr, "bad": self.bad}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.bad = state["bad"]
+
+
+class StepDecay(Schedule, name="step"):
+    """Luong et al. (2015) §4.1: after epoch `decay_start_epoch`, halve (decay_factor) every epoch."""
+
+    def on_epoch_end(self, epoch):
+        if epoch + 1 >= self.cfg.decay_start_epoch:
+            self.set_lr(max(self.cfg.min_lr, self.lr * self.cfg.decay_factor))
+
+
+class InverseSqrt(Schedule, name="inverse_sqrt"):
+    """Linear warm-up to `lr` over `warmup_steps`, then lr * sqrt(warmup / step)."""
+
+    def __init__(self, optimizer, cfg):
+        super().__init__(optimizer, cfg)
+        self.on_step(0)
+
+    def on_step(self, step):
+        warmup = max(1, self.cfg.warmup_steps)
+        scale = (step + 1) / warmup if step + 1 < warmup else (warmup / (step + 1)) ** 0.5
+        self.set_lr(max(self.cfg.min_lr, self.base_lr * scale))
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Schedule:
+    return Schedule.registry[cfg.schedule](optimizer, cfg)
+
+
+OPTIMIZERS = {
+    "adam": lambda params, c: torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay),
+    "adamw": lambda params, c: torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay),
+    "sgd": lambda params, c: torch.optim.SGD(
+        params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay
+    ),
+}
+
+
+def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return OPTIMIZERS[cfg.optimizer](params, cfg)

@@ -1,0 +1,316 @@
+"""The training engine: exact resume, crash safety, schedules, losses, budgets, DDP."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.config import TrainConfig
+from nmt.data.tokenizer import PAD
+from nmt.errors import NMTError
+from nmt.train.loss import loss_sums, teacher_forcing_ratio
+from nmt.train.schedule import build_schedule
+from nmt.train.trainer import Trainer, prepare_run_dir, read_metrics
+from tests.conftest import tiny_config
+
+runner = CliRunner()
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASE = [
+    "model.embedding=16",
+    "model.encoder.hidden=16",
+    "model.decoder.hidden=32",
+    "tokenizer.vocab_size=120",
+    "train.log_every=5",
+    "train.valid_every=10",
+    "decode.max_len=12",
+    "model.dropout=0.3",
+    "train.teacher_forcing_ratio=0.8",
+]
+
+
+def sets(items):
+    return [x for item in items for x in ("--set", item)]
+
+
+def nmt_train(toy_dir, out, *extra, check=True):
+    args = [
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*BASE, f"data.dir={toy_dir}", *extra]),
+        "--out",
+        str(out),
+        "-q",
+    ]
+    result = runner.invoke(app, args)
+    if check:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def losses(run):
+    return [(m["step"], m["loss"]) for m in read_metrics(run) if "loss" in m]
+
+
+def subprocess_env():
+    return {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+
+
+def test_same_seed_same_losses_and_exact_resume_after_kill_9(toy_dir, tmp_path):
+    nmt_train(toy_dir, tmp_path / "a", "train.max_steps=40")
+    nmt_train(toy_dir, tmp_path / "b", "train.max_steps=40")
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")  # bit-identical, not approximately
+
+    killed = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "nmt",
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000"]),
+        "--out",
+        str(killed),
+        "-q",
+    ]
+    proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (killed / "metrics.jsonl").exists() and any(s >= 25 for s, _ in losses(killed)):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    result = runner.invoke(app, ["train", "--resume", str(killed), "--set", "train.max_steps=40", "-q"])
+    assert result.exit_code == 0, result.output
+    assert losses(killed) == losses(tmp_path / "a")
+
+
+def test_ctrl_c_saves_last_and_says_how_to_resume(toy_dir, tmp_path):
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "nmt",
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000", "train.valid_every=100000"]),
+        "--out",
+        str(run),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and losses(run)):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"nmt train --resume {run}" in err
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert state["progress"]["step"] >= 5
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(toy_dir, tmp_path, monkeypatch):
+    from nmt.checkpoint import load_checkpoint
+    from nmt.fileio import atomic_write
+
+    nmt_train(toy_dir, tmp_path / "run", "train.max_steps=10")
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    before = last.read_bytes()
+
+    def crash_half_way(f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # the process dies in the middle of the write
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(last, crash_half_way)
+    assert last.read_bytes() == before
+    assert load_checkpoint(last).state["progress"]["step"] == 10
+    assert not [p for p in last.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_early_stopping_keeps_best_and_averages(toy_dir, tmp_path):
+    run = tmp_path / "run"
+    nmt_train(
+        toy_dir,
+        run,
+        "train.max_steps=1000",
+        "train.valid_every=5",
+        "train.lr=0",
+        "train.metric=loss",
+        "train.patience=2",
+        "train.keep_best=2",
+        "train.average_last=3",
+    )
+    valid = [m for m in read_metrics(run) if "valid_loss" in m]
+    assert [m["step"] for m in valid] == [5, 10, 15]  # lr 0: nothing improves after the first
+    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert files == ["averaged.pt", "best.pt", "last.pt", "step-10.pt", "step-15.pt", "step-5.pt"]
+    assert any("valid_bleu_averaged" in m for m in read_metrics(run))
+
+
+def test_budgets_stop_cleanly(toy_dir, tmp_path):
+    result = nmt_train(toy_dir, tmp_path / "t", "train.max_steps=100000", "train.max_time=0.01")
+    assert "reached train.max_time" in result.stdout
+    result = nmt_train(
+        toy_dir,
+        tmp_path / "e",
+        "train.max_steps=100000",
+        "train.max_epochs=1",
+        "train.batch_size=500",
+        "train.valid_every=1000",
+    )
+    assert "reached train.max_epochs (1)" in result.stdout
+    assert read_metrics(tmp_path / "e")[-1]["step"] == 3  # 1500 pairs in batches of 500
+
+
+def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
+    cfg = tiny_config(toy_dir, model={"dropout": 0.0}, train={"update_every": 2})
+    updates = []
+    for name, split in (("big", 1), ("accumulated", 2)):
+        prepare_run_dir(tmp_path / name, cfg)
+        trainer = Trainer(cfg, tmp_path / name, quiet=True)
+        examples = trainer.train_examples[:48]
+        groups = [examples] if split == 1 else [examples[:20], examples[20:]]
+        sums = trainer.train_step(groups)
+        updates.append((sums.nll, [p.detach().clone() for p in trainer.model.parameters()]))
+    assert updates[0][0] == pytest.approx(updates[1][0], rel=1e-6)
+    for big, acc in zip(updates[0][1], updates[1][1], strict=True):
+        torch.testing.assert_close(big, acc, atol=1e-6, rtol=1e-5)
+
+
+def test_a_non_finite_loss_stops_with_a_clear_message(toy_dir, tmp_path, monkeypatch):
+    import nmt.train.trainer as trainer_module
+    from nmt.train.loss import LossSums
+
+    cfg = tiny_config(toy_dir)
+    prepare_run_dir(tmp_path / "run", cfg)
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    monkeypatch.setattr(
+        trainer_module, "batch_loss", lambda *a: LossSums(torch.tensor(float("nan")), float("nan"), 5)
+    )
+    with pytest.raises(NMTError, match="non-finite loss at step 1"):
+        trainer.train_step([trainer.train_examples[:8]])
+
+
+def test_label_smoothing_matches_torch():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(4, 11, (3, 5))
+    target[1, 3:] = PAD
+    for eps in (0.0, 0.1, 0.3):
+        sums = loss_sums(logits, target, eps)
+        expected = F.cross_entropy(
+            logits.flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum", label_smoothing=eps
+        )
+        torch.testing.assert_close(sums.objective, expected)
+        assert sums.tokens == 13
+    nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum")
+    assert loss_sums(logits, target, 0.3).nll == pytest.approx(float(nll), rel=1e-6)
+
+
+def test_teacher_forcing_schedule():
+    cfg = TrainConfig(teacher_forcing_ratio=1.0, teacher_forcing_final=0.5, max_steps=100)
+    assert [teacher_forcing_ratio(cfg, s) for s in (0, 50, 100, 200)] == [1.0, 0.75, 0.5, 0.5]
+    assert teacher_forcing_ratio(TrainConfig(teacher_forcing_ratio=0.7), 10) == 0.7
+
+
+def lr_trace(cfg, events):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    schedule = build_schedule(opt, cfg)
+    trace = []
+    for kind, value in events:
+        getattr(schedule, f"on_{kind}")(value)
+        trace.append(round(schedule.lr, 8))
+    restored = build_schedule(torch.optim.SGD(model.parameters(), lr=cfg.lr), cfg)
+    restored.load_state_dict(schedule.state_dict())
+    assert restored.state_dict() == schedule.state_dict()
+    return trace
+
+
+def test_schedules():
+    assert lr_trace(TrainConfig(lr=1.0), [("step", 1), ("epoch_end", 9), ("validation", False)]) == [1.0] * 3
+    plateau = TrainConfig(lr=1.0, schedule="plateau", decay_patience=2, decay_factor=0.5, min_lr=0.2)
+    assert lr_trace(
+        plateau,
+        [
+            ("validation", False),
+            ("validation", False),
+            ("validation", True),
+            ("validation", False),
+            ("validation", False),
+            ("validation", False),
+            ("validation", False),
+        ],
+    ) == [1.0, 0.5, 0.5, 0.5, 0.25, 0.25, 0.2]
+    step = TrainConfig(lr=1.0, schedule="step", decay_start_epoch=2)
+    assert lr_trace(step, [("epoch_end", 0), ("epoch_end", 1), ("epoch_end", 2)]) == [1.0, 0.5, 0.25]
+    inv = TrainConfig(lr=1.0, schedule="inverse_sqrt", warmup_steps=4, min_lr=0)
+    assert lr_trace(inv, [("step", 1), ("step", 3), ("step", 15)]) == [0.5, 1.0, 0.5]
+
+
+def test_amp_on_cpu_is_refused(toy_dir, tmp_path):
+    result = nmt_train(toy_dir, tmp_path / "run", "train.precision=fp16", check=False)
+    assert result.exit_code == 2 and "needs a CUDA device" in result.stderr
+
+
+def test_run_writes_curves_png(toy_dir, tmp_path):
+    nmt_train(toy_dir, tmp_path / "run", "train.max_steps=10")
+    assert (tmp_path / "run" / "plots" / "curves.png").stat().st_size > 10_000
+
+
+def test_two_process_gloo_ddp_matches_single_process_with_doubled_batch(toy_dir, tmp_path):
+    common = [
+        *BASE,
+        f"data.dir={toy_dir}",
+        "train.max_steps=12",
+        "model.dropout=0",
+        "train.teacher_forcing_ratio=1",
+        "train.valid_every=12",
+        "train.batch_size=16",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        os.path.join(ROOT, "tests", "train", "ddp_worker.py"),
+        str(tmp_path / "ddp"),
+        *common,
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"2-process gloo DDP, 12 steps: {time.perf_counter() - started:.1f} s")
+    ranks = [json.loads((tmp_path / "ddp" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["world"] == 2 and ranks[0]["sha256"] == ranks[1]["sha256"]  # replicas identical
+
+    single = tmp_path / "single"
+    nmt_train(
+        toy_dir,
+        single,
+        *common[len(BASE) :],
+        "model.dropout=0",
+        "train.teacher_forcing_ratio=1",
+        "train.update_every=2",
+    )
+    ddp_losses, single_losses = losses(tmp_path / "ddp"), losses(single)
+    assert [s for s, _ in ddp_losses] == [s for s, _ in single_losses]
+    for (_, a), (_, b) in zip(ddp_losses, single_losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-4)
