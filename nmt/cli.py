@@ -259,3 +259,47 @@ def plot_curves(
 
     training_curves({str(run): read_metrics(run) for run in runs}, out)
     typer.echo(f"wrote {out}")
+
+
+@data_app.command("download")
+@user_errors
+def data_download(config: ConfigOption, set_: SetOption = None) -> None:
+    """Write the splits as plain text into data.dir (nmt data download -c iwslt-luong-dot.yaml)."""
+    from nmt.config import load_config
+    from nmt.data.sources import download
+
+    typer.echo(download(load_config(config, set_ or []).data))
+
+
+@data_app.command("prepare")
+@user_errors
+def data_prepare(config: ConfigOption, set_: SetOption = None) -> None:
+    """Train the tokenizer(s) and encode every split into the cache (nmt data prepare -c CFG)."""
+    import time
+
+    from nmt.config import load_config
+    from nmt.data.prepare import prepare
+
+    start = time.perf_counter()
+    data = prepare(load_config(config, set_ or []), ("valid", "test"))
+    sizes = ", ".join(f"{len(s.corpus)} {name}" for name, s in data.held_out.items())
+    dropped = ", ".join(f"{n} {why}" for why, n in sorted(data.dropped.items())) or "none"
+    state = "already prepared" if data.from_cache else "prepared"
+    typer.echo(
+        f"{state}: {len(data.train)} train, {sizes} pairs in {data.cache_dir} "
+        f"({time.perf_counter() - start:.1f} s); training pairs dropped: {dropped}"
+    )
+
+
+@data_app.command("stats")
+@user_errors
+def data_stats(
+    config: ConfigOption,
+    set_: SetOption = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a length histogram PNG here.")] = None,
+) -> None:
+    """Sizes, length percentiles, unknown rates, padding efficiency (nmt data stats -c CFG)."""
+    from nmt.config import load_config
+    from nmt.data.stats import data_stats as stats
+
+    typer.echo(stats(load_config(config, set_ or []), plot))

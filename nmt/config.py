@@ -44,6 +44,10 @@ class DataConfig:
     hf_name: str | None = None
     hf_data_files: dict[str, str] | None = None
     max_len: int = 100  # training pairs with more subwords on either side are dropped
+    max_ratio: float = 9.0  # and pairs whose subword lengths differ by more than this factor (Moses: 9)
+    normalize: Literal["NFC", "NFKC", "none"] = "NFC"  # Unicode normalisation of inputs
+    errors: Literal["strict", "replace"] = "strict"  # invalid UTF-8: stop, or replace with U+FFFD
+    cache_dir: str = "data/cache"  # encoded splits and tokenizers, keyed by a fingerprint
 
 
 @dataclass
@@ -53,6 +57,8 @@ class TokenizerConfig:
     joint: bool = True  # one model for both sides (needed for tied embeddings across sides)
     character_coverage: float = 1.0
     num_threads: int = 2  # fixed on purpose: unigram pieces depend on the thread count
+    input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) to train on large corpora
+    sampling_alpha: float = 0.0  # > 0: subword regularisation of training data (unigram only)
 
 
 @dataclass
@@ -96,7 +102,8 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     seed: int = 1
-    batch_size: int = 64  # sentences per batch (per process under torchrun)
+    batch_size: int = 64  # sentences per batch (per process under torchrun), or tokens
+    batch_type: Literal["sentences", "tokens"] = "sentences"  # tokens: padded source+target tokens
     update_every: int = 1  # gradient accumulation: one optimiser step every N batches
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = 0.001
@@ -317,5 +324,9 @@ def validate(cfg: Config, source: str) -> None:
         fail("model.tie_embeddings", f"needs model.embedding == decoder.hidden ({dec.hidden})")
     if not 0 <= cfg.model.dropout < 1:
         fail("model.dropout", "must be in [0, 1)")
+    if cfg.tokenizer.sampling_alpha and cfg.tokenizer.type != "unigram":
+        fail("tokenizer.sampling_alpha", "subword regularisation needs type unigram")
+    if cfg.data.max_ratio < 1:
+        fail("data.max_ratio", "must be at least 1")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")

@@ -42,8 +42,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def read_lines(path: Path) -> list[str]:
-    """Read a UTF-8 text file as a list of lines without their newline characters."""
+def read_lines(path: Path, errors: str = "strict", hint: str = "") -> list[str]:
+    """Read a UTF-8 text file as a list of lines without their newline characters.
+
+    `errors="replace"` turns invalid bytes into U+FFFD instead of stopping.
+    """
     path = Path(path)
     if not path.exists():
         raise NMTError(f"{path}: file not found")
@@ -51,10 +54,10 @@ def read_lines(path: Path) -> list[str]:
         raise NMTError(f"{path}: is a directory, not a text file")
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise NMTError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8") from None
+        raise NMTError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8{hint}") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -41,7 +41,7 @@ def bench_config(style: str, attention: str, feeding: bool, data_dir: Path, toy:
     )
     return config_from_dict(
         {
-            "data": {**data, "dir": str(data_dir)},
+            "data": {**data, "dir": str(data_dir), "max_len": 80, "cache_dir": str(CACHE)},
             "tokenizer": {"vocab_size": 8000},
             "model": {
                 "embedding": 256,
@@ -71,34 +71,21 @@ def data_dir() -> tuple[Path, bool]:
     return toy, True
 
 
-def tokenizers(cfg):
-    """The joint 8k SentencePiece model, trained once and cached between runs."""
-    from nmt.data.sources import load_split
-    from nmt.data.tokenizer import TokenizerPair
-
-    path = CACHE / f"spm-{cfg.data.src_lang}-{cfg.data.tgt_lang}-{cfg.tokenizer.vocab_size}.model"
-    if not path.is_file():
-        CACHE.mkdir(exist_ok=True)
-        path.write_bytes(TokenizerPair.train(load_split(cfg.data, "train"), cfg.tokenizer).src.model_bytes)
-    model = path.read_bytes()
-    return TokenizerPair.from_state({"src": model, "tgt": model})
-
-
 def run_case(name: str, steps: int, warmup: int) -> dict:
     start = time.perf_counter()
     import torch
     import torch.nn.functional as F
 
-    from nmt.data.batching import collate, encode_pairs, filter_long, length_grouped_batches
-    from nmt.data.sources import load_split
+    from nmt.data.batching import collate, length_grouped_batches
+    from nmt.data.prepare import prepare
     from nmt.data.tokenizer import PAD
     from nmt.model.seq2seq import Seq2Seq, count_parameters
 
     style, attention, feeding = CASES[name]
     directory, toy = data_dir()
     cfg = bench_config(style, attention, feeding, directory, toy)
-    tok = tokenizers(cfg)
-    examples = filter_long(encode_pairs(load_split(cfg.data, "train"), tok), 80)
+    data = prepare(cfg, held_out=())  # the joint 8k tokenizer and encoded data, cached between runs
+    tok, examples = data.tokenizers, data.train
     batches = length_grouped_batches(examples, 64, seed=1, epoch=0)[: warmup + steps]
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
@@ -107,7 +94,7 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     for i, indices in enumerate(batches):
         if i == warmup:
             t0, tokens = time.perf_counter(), 0
-        batch = collate([examples[j] for j in indices])
+        batch = collate(examples, indices)
         logits, _ = model(batch.src, batch.src_len, batch.tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
         opt.zero_grad(set_to_none=True)

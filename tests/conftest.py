@@ -42,6 +42,12 @@ def tiny_config(data_dir: Path | str = "data", **sections) -> Config:
     return config_from_dict(raw)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _work_in_a_temp_dir(tmp_path_factory):
+    """Relative outputs (data/cache, runs/) land in a temp dir, never in the checkout."""
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session")
 def toy_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("toy")

@@ -1,15 +1,15 @@
-"""Encoded examples -> padded tensor batches, grouped by length to waste little on padding."""
+"""Encoded sentences -> padded tensor batches, grouped by length to waste little on padding."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from nmt.data.tokenizer import BOS, EOS, PAD, TokenizerPair
-
-Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids without BOS/EOS)
+from nmt.data.corpus import EncodedCorpus
+from nmt.data.tokenizer import BOS, EOS, PAD
 
 
 @dataclass
@@ -33,53 +33,81 @@ class Batch:
         )
 
 
-def encode_pairs(pairs: list[tuple[str, str]], tok: TokenizerPair) -> list[Example]:
-    src = tok.src.encode_batch([s for s, _ in pairs])
-    tgt = tok.tgt.encode_batch([t for _, t in pairs])
-    return [(s + [EOS], t) for s, t in zip(src, tgt, strict=True)]
-
-
-def filter_long(examples: list[Example], max_len: int) -> list[Example]:
-    """Drop training pairs with more than `max_len` subwords on either side."""
-    return [(s, t) for s, t in examples if len(s) <= max_len + 1 and len(t) <= max_len]
-
-
-def pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD, dtype=torch.long)
+def _pad(rows: list[np.ndarray], before: int | None, after: int | None) -> torch.Tensor:
+    """Rows with an optional token before and after each, PAD-filled to the longest."""
+    extra = (before is not None) + (after is not None)
+    out = np.full((len(rows), max(len(r) for r in rows) + extra), PAD, dtype=np.int64)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
+        start = 1 if before is not None else 0
+        if before is not None:
+            out[i, 0] = before
+        out[i, start : start + len(row)] = row
+        if after is not None:
+            out[i, start + len(row)] = after
+    return torch.from_numpy(out)
 
 
 def pad_sources(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad(rows), torch.tensor([len(r) for r in rows], dtype=torch.long)
+    """Source id lists (already ending in EOS) -> (B, S) tensor and lengths."""
+    return _pad([np.asarray(r) for r in rows], None, None), torch.tensor([len(r) for r in rows])
 
 
-def collate(examples: list[Example]) -> Batch:
-    src, src_len = pad_sources([s for s, _ in examples])
-    tgt_in = pad([[BOS] + t for _, t in examples])
-    tgt_out = pad([t + [EOS] for _, t in examples])
-    batch = Batch(src, src_len, tgt_in, tgt_out)
-    if torch.cuda.is_available():
-        batch = Batch(*(x.pin_memory() for x in (src, src_len, tgt_in, tgt_out)))
+def collate(corpus: EncodedCorpus, indices) -> Batch:
+    src_rows = [corpus.src[i] for i in indices]
+    tgt_rows = [corpus.tgt[i] for i in indices]
+    batch = Batch(
+        _pad(src_rows, None, EOS),
+        torch.tensor([len(r) + 1 for r in src_rows]),
+        _pad(tgt_rows, BOS, None),
+        _pad(tgt_rows, None, EOS),
+    )
+    if torch.cuda.is_available():  # page-locked memory makes the non_blocking copy asynchronous
+        batch = Batch(*(x.pin_memory() for x in (batch.src, batch.src_len, batch.tgt_in, batch.tgt_out)))
     return batch
 
 
 def length_grouped_batches(
-    examples: list[Example], batch_size: int, seed: int, epoch: int
+    corpus: EncodedCorpus, batch_size: int, seed: int, epoch: int, batch_type: str = "sentences"
 ) -> list[list[int]]:
-    """Index lists of `batch_size` examples of similar length, in a seeded random order.
+    """Index lists of similar-length sentences, in a seeded random order that differs by epoch.
 
-    Examples are shuffled, cut into pools of 50 batches, sorted by length inside each pool, then
-    the batches are shuffled: similar lengths share a batch, yet every epoch's order differs.
+    Sentences are shuffled, cut into pools of ~50 batches, sorted by length inside each pool, and
+    cut into batches of `batch_size` sentences, or of at most `batch_size` padded tokens (source
+    with EOS plus target with EOS; a single longer pair still gets a batch of its own); then the
+    batches are shuffled.
     """
     rng = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(examples)))
+    src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
+    order = list(range(len(corpus)))
     rng.shuffle(order)
-    pool = batch_size * 50
-    batches = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    per_pool = batch_size * 50 if batch_type == "sentences" else max(1, batch_size // 20) * 50
+    batches: list[list[int]] = []
+    for start in range(0, len(order), per_pool):
+        chunk = sorted(order[start : start + per_pool], key=lambda i: (src_len[i], tgt_len[i]))
+        if batch_type == "sentences":
+            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            continue
+        current: list[int] = []
+        longest_src = longest_tgt = 0
+        for i in chunk:
+            s, t = max(longest_src, src_len[i]), max(longest_tgt, tgt_len[i])
+            if current and (len(current) + 1) * (s + t) > batch_size:
+                batches.append(current)
+                current, s, t = [], src_len[i], tgt_len[i]
+            current.append(i)
+            longest_src, longest_tgt = s, t
+        if current:
+            batches.append(current)
     rng.shuffle(batches)
     return batches
+
+
+def padding_efficiency(corpus: EncodedCorpus, batches: list[list[int]]) -> float:
+    """Real tokens / tokens including padding, over source (with EOS) and target (with EOS)."""
+    src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
+    real = padded = 0
+    for b in batches:
+        s, t = src_len[b], tgt_len[b]
+        real += int(s.sum() + t.sum())
+        padded += len(b) * int(s.max() + t.max())
+    return real / padded

@@ -6,13 +6,16 @@ knows where the data came from.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from nmt.config import DataConfig
 from nmt.errors import NMTError
-from nmt.fileio import read_lines
+from nmt.fileio import atomic_write_text, read_lines
 
 Pairs = list[tuple[str, str]]
+SPLITS = ("train", "valid", "test")
 
 
 def split_name(cfg: DataConfig, split: str) -> str:
@@ -24,8 +27,9 @@ def text_path(cfg: DataConfig, split: str, lang: str) -> Path:
     return Path(cfg.dir) / f"{split_name(cfg, split)}.{lang}"
 
 
-def read_parallel(src_path: Path, tgt_path: Path) -> Pairs:
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+def read_parallel(src_path: Path, tgt_path: Path, errors: str = "strict") -> Pairs:
+    hint = " (or set data.errors: replace)"
+    src, tgt = read_lines(src_path, errors, hint), read_lines(tgt_path, errors, hint)
     if len(src) != len(tgt):
         raise NMTError(
             f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
@@ -35,9 +39,67 @@ def read_parallel(src_path: Path, tgt_path: Path) -> Pairs:
 
 
 def load_split(cfg: DataConfig, split: str) -> Pairs:
-    if cfg.format == "text":
-        return read_parallel(text_path(cfg, split, cfg.src_lang), text_path(cfg, split, cfg.tgt_lang))
+    """Plain text files; for a `datasets` source, the copy `download` made when it is current."""
+    if cfg.format == "text" or _manifest_is_current(cfg):
+        return read_parallel(
+            text_path(cfg, split, cfg.src_lang), text_path(cfg, split, cfg.tgt_lang), cfg.errors
+        )
     return _load_hf_split(cfg, split)
+
+
+def _source(cfg: DataConfig) -> dict:
+    return {
+        "hf_path": cfg.hf_path,
+        "hf_name": cfg.hf_name,
+        "hf_data_files": cfg.hf_data_files,
+        "langs": [cfg.src_lang, cfg.tgt_lang],
+        "splits": [split_name(cfg, s) for s in SPLITS],
+    }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest_is_current(cfg: DataConfig) -> bool:
+    path = Path(cfg.dir) / "manifest.json"
+    if not path.is_file():
+        return False
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("source") != _source(cfg):
+        return False
+    return all(
+        text_path(cfg, split, lang).is_file() and _sha256(text_path(cfg, split, lang)) == digest
+        for split, info in manifest["splits"].items()
+        for lang, digest in info["sha256"].items()
+    )
+
+
+def download(cfg: DataConfig) -> str:
+    """Materialise a `datasets` source as plain UTF-8 text in `data.dir`, with a manifest of
+    source, sizes and checksums; a second run with the same config does nothing."""
+    if cfg.format == "text":
+        sizes = ", ".join(f"{len(load_split(cfg, split))} {split}" for split in SPLITS)
+        return f"{cfg.dir}: already plain text ({sizes} pairs); nothing to download"
+    if _manifest_is_current(cfg):
+        return f"{cfg.dir}: up to date with {cfg.hf_path} (manifest.json matches); nothing to do"
+    splits, lines = {}, []
+    for split in SPLITS:
+        pairs = _load_hf_split(cfg, split)
+        info = {"name": split_name(cfg, split), "pairs": len(pairs), "sha256": {}}
+        for lang, side in ((cfg.src_lang, 0), (cfg.tgt_lang, 1)):
+            path = text_path(cfg, split, lang)
+            # one sentence a line: a newline inside a sentence would shift every line after it
+            atomic_write_text(path, "".join(" ".join(p[side].split()) + "\n" for p in pairs))
+            info["sha256"][lang] = _sha256(path)
+        splits[split] = info
+        lines.append(
+            f"{split}: {len(pairs)} pairs -> {text_path(cfg, split, cfg.src_lang).name}, "
+            f"{text_path(cfg, split, cfg.tgt_lang).name}"
+        )
+    manifest = {"source": _source(cfg), "splits": splits}
+    atomic_write_text(Path(cfg.dir) / "manifest.json", json.dumps(manifest, indent=1))
+    return "\n".join([f"wrote {cfg.dir}:", *lines])
 
 
 def _load_hf_split(cfg: DataConfig, split: str) -> Pairs:

@@ -10,6 +10,7 @@ import torch
 
 from nmt.config import DecodeConfig, config_from_dict
 from nmt.data.batching import pad_sources
+from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import EOS, TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import Hypothesis, beam_search, greedy_search
@@ -33,10 +34,16 @@ class Translator:
     """
 
     def __init__(
-        self, model, tok: TokenizerPair, cfg: DecodeConfig, device: torch.device, src_limit: int = 10**9
+        self,
+        model,
+        tok: TokenizerPair,
+        cfg: DecodeConfig,
+        device: torch.device,
+        src_limit: int = 10**9,
+        normalize_form: str = "none",
     ):
         self.model, self.tok, self.cfg, self.device = model, tok, cfg, device
-        self.src_limit = src_limit
+        self.src_limit, self.normalize_form = src_limit, normalize_form
         self.truncated = 0
 
     def max_len(self, src_len: int) -> int:
@@ -50,7 +57,7 @@ class Translator:
     ) -> Iterator[Translation]:
         """Translations in input order; batches are formed from length-sorted sentences."""
         ids = []
-        for pieces in self.tok.src.encode_batch(lines):
+        for pieces in self.tok.src.encode_batch([normalize(line, self.normalize_form) for line in lines]):
             if len(pieces) > self.src_limit:
                 self.truncated += 1
                 pieces = pieces[: self.src_limit]
@@ -118,4 +125,5 @@ def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu
     raw["decode"].update({k: v for k, v in overrides.items() if v is not None})
     cfg = config_from_dict(raw, source="command line").decode  # the config's own checks and messages
     model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
-    return Translator(model, first.tokenizers, cfg, torch_device, src_limit=first.config.data.max_len)
+    data = first.config.data
+    return Translator(model, first.tokenizers, cfg, torch_device, data.max_len, data.normalize)

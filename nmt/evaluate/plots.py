@@ -8,7 +8,7 @@ from pathlib import Path
 from nmt.fileio import atomic_write
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -17,10 +17,10 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     atomic_write(Path(path), lambda f: f.write(buffer.getvalue()))
 
 
@@ -28,7 +28,7 @@ def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], pat
     """Source pieces on x, target pieces on y, one cell per weight, with a colour bar."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
     fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(src_pieces) + 2), max(3, 0.4 * len(tgt_pieces) + 1.5)))
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -38,12 +38,12 @@ def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], pat
     ax.set_ylabel("output")
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def bleu_by_length_chart(report, path: Path) -> None:
     """Grouped bars: BLEU per length bucket for each system, with the sentence count per bucket."""
-    plt = _pyplot()
+    plt = pyplot()
     buckets = report.systems[0].buckets
     n_sys = len(report.systems)
     width = 0.8 / n_sys
@@ -58,12 +58,12 @@ def bleu_by_length_chart(report, path: Path) -> None:
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
     """Loss, validation perplexity and BLEU against step, and BLEU against wall time, per run."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     panels = [
         (axes[0, 0], "step", "loss", "training loss (per token)"),
@@ -83,4 +83,4 @@ def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
     if axes[0, 0].get_legend_handles_labels()[0]:
         axes[0, 0].legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)

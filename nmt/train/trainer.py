@@ -14,9 +14,8 @@ import torch
 
 from nmt.checkpoint import LAST, load_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
-from nmt.data.batching import Example, collate, encode_pairs, filter_long, length_grouped_batches
-from nmt.data.sources import load_split
-from nmt.data.tokenizer import TokenizerPair
+from nmt.data.batching import collate, length_grouped_batches
+from nmt.data.prepare import prepare, sampled_train
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
@@ -81,16 +80,10 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
         checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
 
-        train_pairs = load_split(cfg.data, "train")
-        self.valid_pairs = load_split(cfg.data, "valid")
-        self.tok = checkpoint.tokenizers if checkpoint else TokenizerPair.train(train_pairs, cfg.tokenizer)
-        encoded = encode_pairs(train_pairs, self.tok)
-        self.train_examples: list[Example] = filter_long(encoded, cfg.data.max_len)
-        if not self.train_examples:
-            raise NMTError(
-                f"data: no training pair left after dropping pairs over {cfg.data.max_len} subwords"
-            )
-        self.valid_examples = encode_pairs(self.valid_pairs, self.tok)
+        data = prepare(cfg, ("valid",), checkpoint.tokenizers if checkpoint else None)
+        self.tok, self.train_data, self.dropped = data.tokenizers, data.train, data.dropped
+        self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
+        self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
 
         self.model = Seq2Seq(cfg.model, len(self.tok.src), len(self.tok.tgt)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
@@ -103,11 +96,11 @@ class Trainer:
             self._restore(checkpoint.state)
         self.ddp_model = distributed.wrap(self.model, self.device)
         self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
-        dropped = len(encoded) - len(self.train_examples)
+        dropped = ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())) or "none"
         self.log(
-            f"data: {len(self.train_examples)} training pairs ({dropped} over {cfg.data.max_len} subwords "
-            f"dropped), {len(self.valid_pairs)} validation pairs; "
-            f"vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
+            f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
+            f"validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
+            + (" (cached)" if data.from_cache else "")
         )
         self.log(
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
@@ -169,13 +162,13 @@ class Trainer:
                     self.tensorboard.add_scalar(key, value, entry["step"])
 
     # -- the loop -------------------------------------------------------------------------------
-    def train_step(self, groups: list[list[Example]]) -> LossSums:
-        """One optimiser step over `groups` of examples (several groups = gradient accumulation).
+    def train_step(self, groups: list[list[int]]) -> LossSums:
+        """One optimiser step over `groups` of training pairs (several = gradient accumulation).
 
         The loss is normalised by the target tokens of the whole step (over every process under
         torchrun), so accumulating k batches or running on k processes equals one big batch.
         """
-        batches = [collate(group).to(self.device) for group in groups]
+        batches = [collate(self.train_data, group).to(self.device) for group in groups]
         step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -220,7 +213,7 @@ class Trainer:
                 batches = self._epoch_batches()
                 while p.batch_in_epoch < len(batches) and not (stopped := self._budget_spent()):
                     groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
-                    sums = self.train_step([[self.train_examples[i] for i in g] for g in groups])
+                    sums = self.train_step(groups)
                     p.step += 1
                     p.batch_in_epoch += len(groups)
                     self.schedule.on_step(p.step)
@@ -281,8 +274,11 @@ class Trainer:
 
     def _epoch_batches(self) -> list[list[int]]:
         """This process's batches for the current epoch (every `world`-th under torchrun)."""
-        cfg = self.cfg.train
-        batches = length_grouped_batches(self.train_examples, cfg.batch_size, cfg.seed, self.progress.epoch)
+        cfg, epoch = self.cfg.train, self.progress.epoch
+        if self.cfg.tokenizer.sampling_alpha and self.sampled_epoch != epoch:
+            self.train_data = sampled_train(self.cfg, self.tok, cfg.seed * 1000 + epoch)
+            self.sampled_epoch = epoch
+        batches = length_grouped_batches(self.train_data, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
         return distributed.shard(batches, self.rank, self.world)
 
     def _budget_spent(self) -> str:
@@ -303,12 +299,18 @@ class Trainer:
         """Validation loss, perplexity and translation scores of the current weights."""
         self.model.eval()
         nll, tokens = 0.0, 0
-        for start in range(0, len(self.valid_examples), self.cfg.decode.batch_size):
-            batch = collate(self.valid_examples[start : start + self.cfg.decode.batch_size]).to(self.device)
+        size = self.cfg.decode.batch_size
+        for start in range(0, len(self.valid_data), size):
+            batch = collate(self.valid_data, range(start, min(start + size, len(self.valid_data)))).to(
+                self.device
+            )
             with self.precision.autocast():
                 sums = batch_loss(self.model, batch, self.cfg.train, self.progress.step, self.generator)
             nll, tokens = nll + sums.nll, tokens + sums.tokens
-        translator = Translator(self.model, self.tok, self.cfg.decode, self.device)
+        data = self.cfg.data  # the same settings as `nmt translate` with this checkpoint
+        translator = Translator(
+            self.model, self.tok, self.cfg.decode, self.device, data.max_len, data.normalize
+        )
         hyps = [t.text for t in translator.translate([s for s, _ in self.valid_pairs])]
         report = evaluate(
             {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)

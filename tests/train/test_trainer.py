@@ -183,7 +183,7 @@ def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
     for name, split in (("big", 1), ("accumulated", 2)):
         prepare_run_dir(tmp_path / name, cfg)
         trainer = Trainer(cfg, tmp_path / name, quiet=True)
-        examples = trainer.train_examples[:48]
+        examples = list(range(48))
         groups = [examples] if split == 1 else [examples[:20], examples[20:]]
         sums = trainer.train_step(groups)
         updates.append((sums.nll, [p.detach().clone() for p in trainer.model.parameters()]))
@@ -203,7 +203,7 @@ def test_a_non_finite_loss_stops_with_a_clear_message(toy_dir, tmp_path, monkeyp
         trainer_module, "batch_loss", lambda *a: LossSums(torch.tensor(float("nan")), float("nan"), 5)
     )
     with pytest.raises(NMTError, match="non-finite loss at step 1"):
-        trainer.train_step([trainer.train_examples[:8]])
+        trainer.train_step([list(range(8))])
 
 
 def test_label_smoothing_matches_torch():

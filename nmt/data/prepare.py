@@ -1,0 +1,167 @@
+"""Raw parallel text -> cleaned, tokenised, encoded splits, cached on disk by a fingerprint.
+
+The cache key covers the raw training text, the cleaning and tokenizer settings: change any and
+the data is re-encoded; change none and it loads from compact arrays. Validation and test are
+normalised but never filtered, and their raw references are kept for scoring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nmt.config import Config
+from nmt.data.cleaning import clean_pairs, length_filter, normalize
+from nmt.data.corpus import EncodedCorpus
+from nmt.data.sources import Pairs, load_split
+from nmt.data.tokenizer import Tokenizer, TokenizerPair
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write_text
+
+CACHE_VERSION = 1
+
+
+@dataclass
+class Split:
+    corpus: EncodedCorpus
+    pairs: Pairs  # source normalised (as encoded), target raw (the reference to score against)
+
+
+@dataclass
+class PreparedData:
+    tokenizers: TokenizerPair
+    train: EncodedCorpus
+    held_out: dict[str, Split]  # valid, test
+    dropped: Counter = field(default_factory=Counter)  # training pairs removed, by reason
+    cache_dir: Path | None = None
+    from_cache: bool = False
+
+
+def digest(pairs: Pairs) -> str:
+    h = hashlib.sha256()
+    for src, tgt in pairs:
+        h.update(src.encode("utf-8", "surrogatepass") + b"\t" + tgt.encode("utf-8", "surrogatepass") + b"\n")
+    return h.hexdigest()
+
+
+def fingerprint(cfg: Config, train_digest: str) -> str:
+    """Everything the encoded training data depends on."""
+    d, t = cfg.data, cfg.tokenizer
+    settings = {
+        "version": CACHE_VERSION,
+        "train": train_digest,
+        "langs": [d.src_lang, d.tgt_lang],
+        "normalize": d.normalize,
+        "max_len": d.max_len,
+        "max_ratio": d.max_ratio,
+        "tokenizer": {k: v for k, v in vars(t).items() if k != "sampling_alpha"},
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def encode(pairs: Pairs, tok: TokenizerPair, form: str) -> EncodedCorpus:
+    src = tok.src.encode_batch([normalize(s, form) for s, _ in pairs])
+    tgt = tok.tgt.encode_batch([normalize(t, form) for _, t in pairs])
+    return EncodedCorpus.from_lists(src, tgt)
+
+
+def prepare(
+    cfg: Config, held_out: tuple[str, ...] = ("valid",), tokenizers: TokenizerPair | None = None
+) -> PreparedData:
+    """Training data and the `held_out` splits, from the cache when it is current. `tokenizers`
+    (from a checkpoint, when resuming) are used instead of training or loading the cached ones."""
+    raw_train = load_split(cfg.data, "train")
+    key = fingerprint(cfg, digest(raw_train))
+    cache = Path(cfg.data.cache_dir) / key
+    meta_path = cache / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    cached_tok = _cached_tokenizers(cache, meta) if meta else None
+    usable = meta is not None and (tokenizers is None or tokenizers.to_state() == cached_tok.to_state())
+
+    if usable:
+        tok, dropped = cached_tok, Counter(meta["dropped"])
+        train = EncodedCorpus.load(cache / "train.npz")
+    else:
+        cleaned, dropped = clean_pairs(raw_train, cfg.data)
+        if not cleaned:
+            raise NMTError("data: the training set is empty after dropping pairs with an empty side")
+        tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)
+        encoded = EncodedCorpus.from_lists(
+            tok.src.encode_batch([s for s, _ in cleaned]), tok.tgt.encode_batch([t for _, t in cleaned])
+        )
+        keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
+        dropped += too_long
+        if not keep:
+            raise NMTError(
+                f"data: no training pair left after filtering ({dict(dropped)}); check data.max_len"
+            )
+        train = encoded.select(keep) if len(keep) < len(encoded) else encoded
+        _write_cache(cache, tok, train, dropped, cfg)
+
+    return PreparedData(
+        tok, train, {name: _held_out(cfg, name, tok, cache) for name in held_out}, dropped, cache, usable
+    )
+
+
+def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
+    raw = load_split(cfg.data, name)
+    path = cache / f"{name}-{digest(raw)[:16]}.npz"
+    if path.is_file():
+        corpus = EncodedCorpus.load(path)
+    else:
+        corpus = encode(raw, tok, cfg.data.normalize)
+        if cache.is_dir():
+            corpus.save(path)
+    return Split(corpus, [(normalize(s, cfg.data.normalize), t) for s, t in raw])
+
+
+def _cached_tokenizers(cache: Path, meta: dict) -> TokenizerPair:
+    state = {side: (cache / f"{side}.model").read_bytes() for side in ("src", "tgt")}
+    for side, model in state.items():
+        if hashlib.sha256(model).hexdigest() != meta["tokenizer_sha256"][side]:
+            raise NMTError(
+                f"{cache / (side + '.model')}: tokenizer model does not match the cached data; "
+                f"delete {cache} to rebuild it"
+            )
+    return TokenizerPair.from_state(state)
+
+
+def _write_cache(
+    cache: Path, tok: TokenizerPair, train: EncodedCorpus, dropped: Counter, cfg: Config
+) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    state = tok.to_state()
+    for side, model in state.items():
+        (cache / f"{side}.model").write_bytes(model)
+    train.save(cache / "train.npz")
+    meta = {
+        "dropped": dict(dropped),
+        "pairs": len(train),
+        "config": {"data": vars(cfg.data), "tokenizer": vars(cfg.tokenizer)},
+        "tokenizer_sha256": {side: hashlib.sha256(m).hexdigest() for side, m in state.items()},
+    }
+    atomic_write_text(
+        cache / "meta.json", json.dumps(meta, indent=1)
+    )  # written last: marks the cache complete
+
+
+def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:
+    """Subword regularisation (Kudo 2018): the training text segmented afresh (seeded), then
+    filtered by length as usual."""
+    import sentencepiece as spm
+
+    cleaned, _ = clean_pairs(load_split(cfg.data, "train"), cfg.data)
+    spm.set_random_generator_seed(seed)
+    alpha = cfg.tokenizer.sampling_alpha
+    encoded = EncodedCorpus.from_lists(
+        _sample(tok.src, [s for s, _ in cleaned], alpha), _sample(tok.tgt, [t for _, t in cleaned], alpha)
+    )
+    keep, _ = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
+    return encoded.select(keep)
+
+
+def _sample(tok: Tokenizer, texts: list[str], alpha: float) -> list[list[int]]:
+    return tok.sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)

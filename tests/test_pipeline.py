@@ -1,0 +1,178 @@
+"""The data pipeline: cleaning counts, compact corpora, token batches, the cache, download, stats."""
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.config import DataConfig, load_config
+from nmt.data.batching import collate, length_grouped_batches, padding_efficiency
+from nmt.data.cleaning import clean_pairs, length_filter, normalize
+from nmt.data.corpus import EncodedCorpus
+from nmt.data.prepare import prepare
+from nmt.data.sources import download, load_split
+from nmt.data.tokenizer import BOS, EOS, PAD
+from nmt.errors import NMTError
+from tests.conftest import MULTI30K, needs_multi30k
+
+runner = CliRunner()
+
+
+def test_normalisation_and_empty_sides_are_counted():
+    decomposed = "Mu\u0308nchen  ist\tgroß "
+    assert normalize(decomposed, "NFC") == "München ist groß"
+    assert normalize(decomposed, "none") == "Mu\u0308nchen ist groß"
+    cfg = DataConfig(src_lang="de", tgt_lang="en")
+    kept, dropped = clean_pairs([("a", "b"), ("  ", "x"), ("y", ""), ("c", "d")], cfg)
+    assert kept == [("a", "b"), ("c", "d")] and dropped == {"empty side": 2}
+
+
+def test_length_filter_counts_each_reason():
+    cfg = DataConfig(src_lang="de", tgt_lang="en", max_len=10, max_ratio=2)
+    keep, dropped = length_filter([3, 11, 2, 5], [4, 5, 9, 5], cfg)
+    assert keep == [0, 3]
+    assert dropped == {"longer than 10 subwords": 1, "length ratio above 2": 1}
+
+
+def test_corpus_round_trip_and_collate(tmp_path):
+    corpus = EncodedCorpus.from_lists([[5, 6, 7], [8]], [[9], [10, 11]])
+    corpus.save(tmp_path / "c.npz")
+    again = EncodedCorpus.load(tmp_path / "c.npz")
+    assert [again.src[i].tolist() for i in range(2)] == [[5, 6, 7], [8]]
+    batch = collate(again, [0, 1])
+    assert batch.src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
+    assert batch.src_len.tolist() == [4, 2]
+    assert batch.tgt_in.tolist() == [[BOS, 9, PAD], [BOS, 10, 11]]
+    assert batch.tgt_out.tolist() == [[9, EOS, PAD], [10, 11, EOS]]
+
+
+def test_token_batches_respect_the_budget_and_pad_little(toy_dir, tmp_path):
+    cfg = load_config("toy-luong.yaml", [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}"])
+    corpus = prepare(cfg, ()).train
+    batches = length_grouped_batches(corpus, 400, seed=3, epoch=0, batch_type="tokens")
+    assert sorted(i for b in batches for i in b) == list(range(len(corpus)))
+    for b in batches:
+        padded = len(b) * (int(corpus.src.lengths[b].max()) + 1 + int(corpus.tgt.lengths[b].max()) + 1)
+        assert padded <= 400 or len(b) == 1
+    assert padding_efficiency(corpus, batches) > 0.85
+
+
+def test_prepare_caches_and_rebuilds_when_a_setting_changes(toy_dir, tmp_path):
+    overrides = [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}", "tokenizer.vocab_size=100"]
+    first = prepare(load_config("toy-luong.yaml", overrides), ("valid", "test"))
+    second = prepare(load_config("toy-luong.yaml", overrides), ("valid", "test"))
+    assert not first.from_cache and second.from_cache and first.cache_dir == second.cache_dir
+    assert second.train.src.tokens.tolist() == first.train.src.tokens.tolist()
+    assert (
+        second.held_out["test"].corpus.tgt.tokens.tolist()
+        == first.held_out["test"].corpus.tgt.tokens.tolist()
+    )
+    changed = prepare(load_config("toy-luong.yaml", [*overrides, "data.max_len=12"]))
+    assert not changed.from_cache and changed.cache_dir != first.cache_dir
+    assert changed.dropped["longer than 12 subwords"] > 0
+
+
+def test_a_tampered_cached_tokenizer_is_detected(toy_dir, tmp_path):
+    cfg = load_config("toy-luong.yaml", [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}"])
+    data = prepare(cfg, ())
+    (data.cache_dir / "src.model").write_bytes(b"not the model")
+    with pytest.raises(NMTError, match="does not match the cached data"):
+        prepare(cfg, ())
+
+
+def write_dataset(folder, fmt, layout, n=(30, 5, 5)):
+    import pandas as pd
+
+    folder.mkdir()
+    for split, count in zip(("train", "validation", "test"), n, strict=True):
+        rows = [{"de": f"Satz {split} {i}", "en": f"sentence {split} {i}"} for i in range(count)]
+        if layout == "translation":
+            rows = [{"translation": r} for r in rows]
+        frame = pd.DataFrame(rows)
+        if fmt == "jsonl":
+            frame.to_json(folder / f"{split}.jsonl", orient="records", lines=True, force_ascii=False)
+        else:
+            frame.to_parquet(folder / f"{split}.parquet")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("layout", ["translation", "columns"])
+def test_download_materialises_a_datasets_source_once(tmp_path, fmt, layout):
+    write_dataset(tmp_path / "ds", fmt, layout)
+    cfg = DataConfig(
+        src_lang="de",
+        tgt_lang="en",
+        format="hf",
+        hf_path=str(tmp_path / "ds"),
+        dir=str(tmp_path / "text"),
+        valid="validation",
+    )
+    report = download(cfg)
+    assert "train: 30 pairs" in report
+    assert (tmp_path / "text" / "validation.en").read_text().splitlines()[2] == "sentence validation 2"
+    manifest = json.loads((tmp_path / "text" / "manifest.json").read_text())
+    assert manifest["splits"]["test"]["pairs"] == 5 and len(manifest["splits"]["test"]["sha256"]["de"]) == 64
+    assert "nothing to do" in download(cfg)
+    (tmp_path / "ds" / f"train.{fmt}").unlink()  # now only the text copy can answer
+    assert load_split(cfg, "train")[4] == ("Satz train 4", "sentence train 4")
+
+
+def test_invalid_utf8_can_be_replaced(tmp_path):
+    (tmp_path / "train.de").write_bytes(b"gut\nkaputt \xff\n")
+    (tmp_path / "train.en").write_text("good\nbroken\n")
+    cfg = DataConfig(src_lang="de", tgt_lang="en", dir=str(tmp_path))
+    with pytest.raises(NMTError, match="line 2 is not valid UTF-8.*data.errors: replace"):
+        load_split(cfg, "train")
+    cfg.errors = "replace"
+    assert load_split(cfg, "train")[1] == ("kaputt \ufffd", "broken")
+
+
+def test_missing_split_is_one_clear_error(toy_dir, tmp_path):
+    result = runner.invoke(
+        app,
+        [
+            "data",
+            "prepare",
+            "-c",
+            "toy-luong.yaml",
+            "--set",
+            f"data.dir={toy_dir}",
+            "--set",
+            "data.test=nope",
+            "--set",
+            f"data.cache_dir={tmp_path}",
+        ],
+    )
+    assert result.exit_code == 2 and "nope.human: file not found" in result.stderr
+
+
+@needs_multi30k
+def test_multi30k_download_prepare_stats(tmp_path):
+    base = [
+        "-c",
+        "multi30k-luong-dot.yaml",
+        "--set",
+        f"data.dir={MULTI30K}",
+        "--set",
+        f"data.cache_dir={tmp_path}",
+        "--set",
+        "tokenizer.vocab_size=4000",
+    ]
+    result = runner.invoke(app, ["data", "download", *base])
+    assert result.exit_code == 0 and "29000 train, 1014 valid, 1000 test pairs" in result.stdout
+    started = time.perf_counter()
+    result = runner.invoke(app, ["data", "prepare", *base])
+    assert result.exit_code == 0, result.output
+    print(f"\nprepare Multi30k de-en (4k vocab): {time.perf_counter() - started:.1f} s")
+    assert "1014 valid, 1000 test pairs" in result.stdout
+    started = time.perf_counter()
+    result = runner.invoke(app, ["data", "prepare", *base])
+    print(f"load from cache: {time.perf_counter() - started:.2f} s")
+    assert "already prepared" in result.stdout
+    result = runner.invoke(app, ["data", "stats", *base, "--plot", str(tmp_path / "lengths.png")])
+    assert result.exit_code == 0, result.output
+    assert "valid: 1014 pairs" in result.stdout and "test: 1000 pairs" in result.stdout
+    assert "padding efficiency, batches of 4096 tokens" in result.stdout
+    assert (tmp_path / "lengths.png").stat().st_size > 10_000
