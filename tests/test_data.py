@@ -95,3 +95,20 @@ def test_length_grouped_batches_cover_everything_once_and_vary_by_epoch(toy_dir)
     lengths = corpus.src.lengths
     spread = sum(int(lengths[b].max() - lengths[b].min()) for b in epoch0)
     assert spread / len(epoch0) < 2  # similar lengths share a batch
+
+
+def test_an_unreachable_hub_fails_in_seconds(monkeypatch):
+    import socket
+    import time
+
+    def no_network(*args, **kwargs):
+        raise socket.gaierror("Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    cfg = DataConfig(src_lang="de", tgt_lang="en", format="hf", hf_path="IWSLT/iwslt2017")
+    started = time.perf_counter()
+    with pytest.raises(NMTError, match="cannot reach the Hugging Face hub"):
+        load_split(cfg, "train")
+    assert time.perf_counter() - started < 5

@@ -112,6 +112,8 @@ def _load_hf_split(cfg: DataConfig, split: str) -> Pairs:
         # A missing relative path would otherwise be taken for a hub id and retried for ~23 s.
         raise NMTError(f"data.hf_path: {path} does not exist")
     name = split_name(cfg, split)
+    if not looks_local and _needs_hub(cfg):
+        _check_hub_reachable()
     try:
         ds = datasets.load_dataset(
             str(Path(path).expanduser()) if looks_local else path,
@@ -128,6 +130,39 @@ def _load_hf_split(cfg: DataConfig, split: str) -> Pairs:
     except ValueError as e:  # datasets reports an unknown split name this way
         raise NMTError(f"data: {path!r} has no split {name!r} ({str(e).splitlines()[0]})") from None
     return dataset_pairs(ds, cfg.src_lang, cfg.tgt_lang, where=f"{path}[{name}]")
+
+
+BUILDERS = {"json", "csv", "parquet", "text", "arrow"}  # packaged loaders that read data_files
+
+
+def _needs_hub(cfg: DataConfig) -> bool:
+    files = (cfg.hf_data_files or {}).values()
+    return cfg.hf_path not in BUILDERS or any(str(f).startswith("hf://") for f in files)
+
+
+def _check_hub_reachable(timeout: float = 3.0) -> None:
+    """Fail in seconds, not after huggingface_hub's ~23 s of retries, when the hub is unreachable.
+
+    Offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) skips the check: `datasets` then serves
+    its cache or fails at once by itself.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        return
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as e:
+        raise NMTError(
+            f"data.hf_path: cannot reach the Hugging Face hub ({host}: {e.__class__.__name__}); "
+            "use a local copy (data.hf_path: a folder, or data.format: text), "
+            "or set HF_HUB_OFFLINE=1 to read the datasets cache"
+        ) from None
 
 
 def dataset_pairs(ds, src: str, tgt: str, where: str) -> Pairs:
