@@ -29,6 +29,12 @@ CASES |= {f"train-luong-{a}-if": ("luong", a, True) for a in ATTENTIONS}
 CASES |= {f"train-bahdanau-{a}": ("bahdanau", a, False) for a in ATTENTIONS}
 CASES["train-bahdanau"] = ("bahdanau", "bahdanau", False)  # the paper's model
 CASES["train-bahdanau-luong-order"] = ("luong", "bahdanau", False)  # what other toolkits call it
+DECODE_CASES = {
+    "decode-greedy-b64": (1, 64),
+    "decode-beam5-b64": (5, 64),
+    "decode-greedy-b1": (1, 1),
+    "decode-beam5-b1": (5, 1),
+}
 
 
 def bench_config(style: str, attention: str, feeding: bool, data_dir: Path, toy: bool):
@@ -119,16 +125,56 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     }
 
 
+def run_decode_case(name: str, model: Path, limit: int) -> dict:
+    """Sentences/s of the decoding loop on the test split (checkpoint load and tokenising excluded)."""
+    import torch
+
+    from nmt.decode.translator import load_translator
+    from nmt.fileio import read_lines
+
+    beam, batch = DECODE_CASES[name]
+    directory, toy = data_dir()
+    source = directory / ("test.human" if toy else "test_2016_flickr.de")
+    lines = read_lines(source)[:limit]
+    translator = load_translator(
+        [model], {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}
+    )
+    translator.translate(lines[:8])  # warm-up
+    start = time.perf_counter()
+    out = translator.translate(lines)
+    seconds = time.perf_counter() - start
+    return {
+        "case": name,
+        "value": round(len(lines) / seconds, 1),
+        "unit": "sentences/s",
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "sentences": len(lines),
+        "mean_output_tokens": round(sum(len(t.hypotheses[0].tokens) for t in out) / len(out), 2),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--case", choices=sorted(CASES), help="run one case in this process")
+    parser.add_argument("--case", choices=sorted(CASES | DECODE_CASES), help="run one case in this process")
+    parser.add_argument("--model", type=Path, help="checkpoint for the decode cases")
+    parser.add_argument(
+        "--sentences", type=int, default=1000, help="decode cases: test sentences to translate"
+    )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per case)")
     args = parser.parse_args()
+    if args.case in DECODE_CASES:
+        if not args.model:
+            parser.error("decode cases need --model CKPT")
+        result = run_decode_case(args.case, args.model, args.sentences)
+        print(json.dumps(result) if args.json else result)
+        return
     if args.case:
         result = run_case(args.case, args.steps, args.warmup)
         print(json.dumps(result) if args.json else result)

@@ -30,19 +30,23 @@ def sets(items):
     return [x for item in items for x in ("--set", item)]
 
 
-@pytest.fixture(scope="module")
-def trained(toy_dir, tmp_path_factory):
-    run = tmp_path_factory.mktemp("runs") / "toy"
+def train_toy(toy_dir, out, *extra):
+    """A tiny model on the toy corpus, through the CLI."""
     invoke(
         "train",
         "-c",
         "toy-luong.yaml",
-        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=40"]),
+        *sets([*TINY, f"data.dir={toy_dir}", *extra]),
         "--out",
-        run,
+        out,
         "--quiet",
     )
-    return run
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(toy_dir, tmp_path_factory):
+    return train_toy(toy_dir, tmp_path_factory.mktemp("runs") / "toy", "train.max_steps=40")
 
 
 def test_training_writes_config_checkpoints_and_metrics(trained):

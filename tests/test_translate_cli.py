@@ -7,24 +7,16 @@ import pytest
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from tests.test_end_to_end import TINY, invoke, sets
+from tests.test_end_to_end import train_toy
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def model(toy_dir, tmp_path_factory):
-    run = tmp_path_factory.mktemp("translate") / "run"
-    invoke(
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=20", "data.max_len=12"]),
-        "--out",
-        run,
-        "--quiet",
+    return train_toy(
+        toy_dir, tmp_path_factory.mktemp("translate") / "run", "train.max_steps=20", "data.max_len=12"
     )
-    return run
 
 
 @pytest.fixture()
@@ -80,16 +72,7 @@ def test_ensemble_of_two_checkpoints(model, text, tmp_path):
 
 
 def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_path):
-    other = tmp_path / "other"
-    invoke(
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*TINY, f"data.dir={toy_dir}", "train.max_steps=1", "tokenizer.vocab_size=90"]),
-        "--out",
-        other,
-        "--quiet",
-    )
+    other = train_toy(toy_dir, tmp_path / "other", "train.max_steps=1", "tokenizer.vocab_size=90")
     result = runner.invoke(app, ["translate", "-m", str(model), "-m", str(other)], input="x\n")
     assert result.exit_code == 2 and "share their vocabularies" in result.stderr
 

@@ -60,6 +60,12 @@ def losses(run):
     return [(m["step"], m["loss"]) for m in read_metrics(run) if "loss" in m]
 
 
+def train_command(toy_dir, out, *extra):
+    """`nmt train` as a separate process, so a test can kill or interrupt it."""
+    overrides = sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000", *extra])
+    return [sys.executable, "-m", "nmt", "train", "-c", "toy-luong.yaml", *overrides, "--out", str(out), "-q"]
+
+
 def subprocess_env():
     return {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
 
@@ -70,18 +76,7 @@ def test_same_seed_same_losses_and_exact_resume_after_kill_9(toy_dir, tmp_path):
     assert losses(tmp_path / "a") == losses(tmp_path / "b")  # bit-identical, not approximately
 
     killed = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "nmt",
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000"]),
-        "--out",
-        str(killed),
-        "-q",
-    ]
+    cmd = train_command(toy_dir, killed)
     proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -98,17 +93,7 @@ def test_same_seed_same_losses_and_exact_resume_after_kill_9(toy_dir, tmp_path):
 
 def test_ctrl_c_saves_last_and_says_how_to_resume(toy_dir, tmp_path):
     run = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "nmt",
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000", "train.valid_every=100000"]),
-        "--out",
-        str(run),
-    ]
+    cmd = train_command(toy_dir, run, "train.valid_every=100000")
     proc = subprocess.Popen(
         cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
