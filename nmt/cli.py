@@ -275,20 +275,10 @@ def data_download(config: ConfigOption, set_: SetOption = None) -> None:
 @user_errors
 def data_prepare(config: ConfigOption, set_: SetOption = None) -> None:
     """Train the tokenizer(s) and encode every split into the cache (nmt data prepare -c CFG)."""
-    import time
-
     from nmt.config import load_config
-    from nmt.data.prepare import prepare
+    from nmt.data.prepare import prepare_report
 
-    start = time.perf_counter()
-    data = prepare(load_config(config, set_ or []), ("valid", "test"))
-    sizes = ", ".join(f"{len(s.corpus)} {name}" for name, s in data.held_out.items())
-    dropped = ", ".join(f"{n} {why}" for why, n in sorted(data.dropped.items())) or "none"
-    state = "already prepared" if data.from_cache else "prepared"
-    typer.echo(
-        f"{state}: {len(data.train)} train, {sizes} pairs in {data.cache_dir} "
-        f"({time.perf_counter() - start:.1f} s); training pairs dropped: {dropped}"
-    )
+    typer.echo(prepare_report(load_config(config, set_ or [])))
 
 
 @data_app.command("stats")

@@ -38,3 +38,8 @@ def length_filter(src_lens, tgt_lens, cfg: DataConfig) -> tuple[list[int], Count
         else:
             keep.append(i)
     return keep, dropped
+
+
+def describe_dropped(dropped: Counter) -> str:
+    """`12 empty side, 3 longer than 100 subwords`, or `none`."""
+    return ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())) or "none"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.config import Config
-from nmt.data.cleaning import clean_pairs, length_filter, normalize
+from nmt.data.cleaning import clean_pairs, describe_dropped, length_filter, normalize
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.sources import Pairs, load_split
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
@@ -165,3 +165,18 @@ def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:
 
 def _sample(tok: Tokenizer, texts: list[str], alpha: float) -> list[list[int]]:
     return tok.sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+
+
+def prepare_report(cfg: Config) -> str:
+    """`nmt data prepare`: build (or find) the cache for every split and say what it holds."""
+    import time
+
+    start = time.perf_counter()
+    data = prepare(cfg, ("valid", "test"))
+    sizes = ", ".join(f"{len(s.corpus)} {name}" for name, s in data.held_out.items())
+    dropped = describe_dropped(data.dropped)
+    state = "already prepared" if data.from_cache else "prepared"
+    return (
+        f"{state}: {len(data.train)} train, {sizes} pairs in {data.cache_dir} "
+        f"({time.perf_counter() - start:.1f} s); training pairs dropped: {dropped}"
+    )

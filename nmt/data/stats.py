@@ -8,6 +8,7 @@ import numpy as np
 
 from nmt.config import Config
 from nmt.data.batching import length_grouped_batches, padding_efficiency
+from nmt.data.cleaning import describe_dropped
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.prepare import prepare
 from nmt.data.tokenizer import UNK
@@ -25,7 +26,7 @@ def data_stats(cfg: Config, plot: Path | None = None) -> str:
         k: s.corpus for k, s in data.held_out.items()
     }
     lines = [f"cache: {data.cache_dir} ({'loaded' if data.from_cache else 'built'})"]
-    dropped = ", ".join(f"{n} {why}" for why, n in sorted(data.dropped.items())) or "none"
+    dropped = describe_dropped(data.dropped)
     lines.append(f"training pairs dropped: {dropped}")
     lines.append(f"vocabulary: source {len(data.tokenizers.src)}, target {len(data.tokenizers.tgt)}")
     for name, corpus in corpora.items():

@@ -15,6 +15,7 @@ import torch
 from nmt.checkpoint import LAST, load_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import collate, length_grouped_batches
+from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import prepare, sampled_train
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
@@ -96,7 +97,7 @@ class Trainer:
             self._restore(checkpoint.state)
         self.ddp_model = distributed.wrap(self.model, self.device)
         self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
-        dropped = ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())) or "none"
+        dropped = describe_dropped(self.dropped)
         self.log(
             f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
             f"validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
