@@ -25,6 +25,17 @@ class Side:
         tokens = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(offsets[-1]))
         return cls(tokens, offsets)
 
+    @classmethod
+    def encode(cls, encode_batch, texts: list[str], chunk: int = 10_000) -> Side:
+        """`encode_batch` over `texts` a chunk at a time, so only one chunk is ever Python lists."""
+        parts = [cls.from_lists(encode_batch(texts[i : i + chunk])) for i in range(0, len(texts), chunk)]
+        if not parts:
+            return cls.from_lists([])
+        lengths = np.concatenate([p.lengths for p in parts])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.concatenate([p.tokens for p in parts]), offsets)
+
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -33,7 +44,12 @@ class Side:
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     def select(self, indices) -> Side:
-        return Side.from_lists([self[i].tolist() for i in indices])
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[indices]
+        offsets = np.zeros(len(indices) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.concatenate([self[i] for i in indices]) if len(indices) else self.tokens[:0]
+        return Side(tokens, offsets)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nmt.config import Config
 from nmt.data.cleaning import clean_pairs, describe_dropped, length_filter, normalize
-from nmt.data.corpus import EncodedCorpus
+from nmt.data.corpus import EncodedCorpus, Side
 from nmt.data.sources import Pairs, load_split
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
 from nmt.errors import NMTError
@@ -63,9 +63,9 @@ def fingerprint(cfg: Config, train_digest: str) -> str:
 
 
 def encode(pairs: Pairs, tok: TokenizerPair, form: str) -> EncodedCorpus:
-    src = tok.src.encode_batch([normalize(s, form) for s, _ in pairs])
-    tgt = tok.tgt.encode_batch([normalize(t, form) for _, t in pairs])
-    return EncodedCorpus.from_lists(src, tgt)
+    src = Side.encode(tok.src.encode_batch, [normalize(s, form) for s, _ in pairs])
+    tgt = Side.encode(tok.tgt.encode_batch, [normalize(t, form) for _, t in pairs])
+    return EncodedCorpus(src, tgt)
 
 
 def prepare(
@@ -89,8 +89,9 @@ def prepare(
         if not cleaned:
             raise NMTError("data: the training set is empty after dropping pairs with an empty side")
         tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)
-        encoded = EncodedCorpus.from_lists(
-            tok.src.encode_batch([s for s, _ in cleaned]), tok.tgt.encode_batch([t for _, t in cleaned])
+        encoded = EncodedCorpus(
+            Side.encode(tok.src.encode_batch, [s for s, _ in cleaned]),
+            Side.encode(tok.tgt.encode_batch, [t for _, t in cleaned]),
         )
         keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
         dropped += too_long
