@@ -55,7 +55,9 @@ def bleu_by_length_chart(report, path: Path) -> None:
     ax.set_xlabel(f"{report.bucket_by} length in words (sentences per bucket)")
     ax.set_ylabel("BLEU")
     ax.set_title("BLEU by sentence length")
-    ax.legend()
+    top = max((b.bleu or 0.0) for system in report.systems for b in system.buckets)
+    ax.set_ylim(0, max(1.0, top) * 1.25)  # headroom so the legend never covers a bar
+    ax.legend(loc="upper center", ncol=min(n_sys, 4))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     save_png(fig, path)
