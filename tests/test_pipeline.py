@@ -176,3 +176,20 @@ def test_multi30k_download_prepare_stats(tmp_path):
     assert "valid: 1014 pairs" in result.stdout and "test: 1000 pairs" in result.stdout
     assert "padding efficiency, batches of 4096 tokens" in result.stdout
     assert (tmp_path / "lengths.png").stat().st_size > 10_000
+
+
+def test_subword_sampling_varies_segmentation_but_not_text(toy_dir, tmp_path):
+    from nmt.data.prepare import sampled_train
+
+    cfg = load_config(
+        "toy-luong.yaml",
+        [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}", "tokenizer.sampling_alpha=0.5"],
+    )
+    data = prepare(cfg, ())
+    first, again, other = (sampled_train(cfg, data.tokenizers, seed) for seed in (1, 1, 2))
+    assert first.src.tokens.tolist() == again.src.tokens.tolist()  # seeded: resumable
+    assert first.src.tokens.tolist() != other.src.tokens.tolist()
+    decode = data.tokenizers.src.decode
+    assert [decode(first.src[i].tolist()) for i in range(20)] == [
+        decode(other.src[i].tolist()) for i in range(20)
+    ]

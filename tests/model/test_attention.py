@@ -177,3 +177,14 @@ def test_masked_softmax_is_exact_under_half_precision_scores():
     weights = masked_softmax(scores, mask)
     assert weights.dtype == torch.float32 and weights[0, 0, 2] == 0
     torch.testing.assert_close(weights.sum(), torch.tensor(1.0))
+
+
+def test_attention_dropout_acts_in_training_only():
+    att, query, memory, mask = setup("general", dropout=0.5)
+    keys = att.prepare(memory, mask)
+    att.train()
+    context_train, _ = att(query, keys, memory, mask)
+    att.eval()
+    context_eval, weights = att(query, keys, memory, mask)
+    assert not torch.allclose(context_train, context_eval)
+    torch.testing.assert_close(torch.bmm(weights.to(memory.dtype), memory), context_eval)
