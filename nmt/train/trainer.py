@@ -25,7 +25,7 @@ from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.device import Precision, resolve_device
-from nmt.train.loss import LossSums, batch_loss
+from nmt.train.loss import batch_loss
 from nmt.train.schedule import build_optimizer, build_schedule
 
 # Keys that may change when a run is resumed: budgets and reporting, nothing that alters the maths.
@@ -163,7 +163,7 @@ class Trainer:
                     self.tensorboard.add_scalar(key, value, entry["step"])
 
     # -- the loop -------------------------------------------------------------------------------
-    def train_step(self, groups: list[list[int]]) -> LossSums:
+    def train_step(self, groups: list[list[int]]) -> tuple[float, int]:
         """One optimiser step over `groups` of training pairs (several = gradient accumulation).
 
         The loss is normalised by the target tokens of the whole step (over every process under
@@ -173,7 +173,7 @@ class Trainer:
         step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = LossSums(torch.zeros(()), 0.0, 0)
+        nll, tokens = 0.0, 0
         for i, batch in enumerate(batches):
             with self.precision.autocast(), distributed.no_sync_unless(self.ddp_model, i == len(batches) - 1):
                 sums = batch_loss(self.ddp_model, batch, self.cfg.train, self.progress.step, self.generator)
@@ -184,12 +184,10 @@ class Trainer:
                     "(try a lower train.lr or train.clip)"
                 )
             self.precision.backward(sums.objective * self.world / step_tokens)
-            total = LossSums(
-                total.objective + sums.objective.detach(), total.nll + sums.nll, total.tokens + sums.tokens
-            )
+            nll, tokens = nll + sums.nll, tokens + sums.tokens
         if not self.precision.step(self.model, self.optimizer, self.cfg.train.clip):
             self.progress.skipped_steps += 1
-        return total
+        return nll, tokens  # this process's summed NLL and target tokens
 
     def train(self) -> TrainResult:
         from tqdm.auto import tqdm
@@ -205,8 +203,7 @@ class Trainer:
             mininterval=0.5,
             file=sys.stderr,
         )
-        window = LossSums(torch.zeros(()), 0.0, 0)
-        window_start = time.perf_counter()
+        window_nll, window_tokens, window_start = 0.0, 0, time.perf_counter()
         last_valid: dict = {}
         stopped = ""
         try:
@@ -214,14 +211,14 @@ class Trainer:
                 batches = self._epoch_batches()
                 while p.batch_in_epoch < len(batches) and not (stopped := self._budget_spent()):
                     groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
-                    sums = self.train_step(groups)
+                    nll, tokens = self.train_step(groups)
                     p.step += 1
                     p.batch_in_epoch += len(groups)
                     self.schedule.on_step(p.step)
-                    window = LossSums(window.objective, window.nll + sums.nll, window.tokens + sums.tokens)
+                    window_nll, window_tokens = window_nll + nll, window_tokens + tokens
                     bar.update()
                     if p.step % cfg.log_every == 0:
-                        nll, tokens = distributed.all_reduce_sums([window.nll, window.tokens], self.device)
+                        nll, tokens = distributed.all_reduce_sums([window_nll, window_tokens], self.device)
                         rate, loss = tokens / (time.perf_counter() - window_start), nll / tokens
                         self.record(
                             {
@@ -242,7 +239,7 @@ class Trainer:
                             epoch=p.epoch,
                             refresh=False,
                         )
-                        window, window_start = LossSums(torch.zeros(()), 0.0, 0), time.perf_counter()
+                        window_nll, window_tokens, window_start = 0.0, 0, time.perf_counter()
                     if p.step % cfg.valid_every == 0:
                         last_valid = self.validate()
                         if self._patience_spent():

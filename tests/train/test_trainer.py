@@ -174,8 +174,8 @@ def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
         trainer = Trainer(cfg, tmp_path / name, quiet=True)
         examples = list(range(48))
         groups = [examples] if split == 1 else [examples[:20], examples[20:]]
-        sums = trainer.train_step(groups)
-        updates.append((sums.nll, [p.detach().clone() for p in trainer.model.parameters()]))
+        nll, _ = trainer.train_step(groups)
+        updates.append((nll, [p.detach().clone() for p in trainer.model.parameters()]))
     assert updates[0][0] == pytest.approx(updates[1][0], rel=1e-6)
     for big, acc in zip(updates[0][1], updates[1][1], strict=True):
         torch.testing.assert_close(big, acc, atol=1e-6, rtol=1e-5)
