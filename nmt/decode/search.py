@@ -76,34 +76,57 @@ def restrict(logp: Tensor, t: int, history: Tensor, cfg: DecodeConfig) -> Tensor
 def greedy_search(
     model, src: Tensor, src_len: Tensor, max_lens: list[int], cfg: DecodeConfig
 ) -> list[Hypothesis]:
-    """The most probable next token at every step, for B sentences at once."""
+    """The most probable next token at every step, for B sentences at once; a sentence leaves
+    the batch as soon as it ends, so no step is spent on it again."""
     mem, state = model.encode(src, src_len)
     B = src.size(0)
+    alive = list(range(B))  # the sentence of each row
     y = torch.full((B,), BOS, dtype=torch.long, device=src.device)
-    limit = torch.tensor(max_lens, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
     history = torch.empty(B, 0, dtype=torch.long, device=src.device)
-    weights = []
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    weights: list[list[Tensor]] = [[] for _ in range(B)]
+    log_prob = [0.0] * B
     for t in range(max(max_lens)):
         logits, state, w = model.decoder.step(y, state, mem, t)
         logp = restrict(torch.log_softmax(logits.float(), dim=-1), t, history, cfg)
-        y = logp.argmax(-1)
-        log_prob += logp.gather(1, y[:, None]).squeeze(1).masked_fill(finished, 0.0)
+        best, y = logp.max(-1)
         history = torch.cat([history, y[:, None]], 1)
-        weights.append(w)
-        finished |= (y == EOS) | (t + 1 >= limit)
-        if bool(finished.all()):
+        keep = []
+        for row, (b, token, lp, weight) in enumerate(
+            zip(alive, y.tolist(), best.tolist(), w.float().cpu(), strict=True)
+        ):
+            tokens[b].append(token)
+            weights[b].append(weight)
+            log_prob[b] += lp
+            if token != EOS and t + 1 < max_lens[b]:
+                keep.append(row)
+        if not keep:
             break
-    tokens, attention = history.tolist(), torch.stack(weights, 1).float().cpu()
+        if len(keep) < len(alive):
+            rows = torch.tensor(keep, device=src.device)
+            state, mem, y, history = state.select(rows), mem.select(rows), y[rows], history[rows]
+            alive = [alive[r] for r in keep]
     out = []
     for b in range(B):
-        seq = tokens[b][: max_lens[b]]
-        if EOS in seq:
-            seq = seq[: seq.index(EOS) + 1]
-        lp, att = float(log_prob[b]), attention[b, : len(seq)]
-        out.append(Hypothesis(seq, final_score(lp, att, int(src_len[b]), cfg), lp, att))
+        attention = torch.stack(weights[b])
+        out.append(
+            Hypothesis(
+                tokens[b], final_score(log_prob[b], attention, int(src_len[b]), cfg), log_prob[b], attention
+            )
+        )
     return out
+
+
+def search_is_over(
+    finished: list[Hypothesis], live_scores: Tensor, t: int, max_len: int, K: int, cfg
+) -> bool:
+    """Whether a sentence's search is over after step t (see `beam_search`)."""
+    if t + 1 >= max_len:
+        return True
+    if len(finished) < K:
+        return False
+    worst = sorted(h.score for h in finished)[-K]
+    return worst >= float(live_scores.max()) / length_penalty(max_len, cfg)
 
 
 @torch.no_grad()
@@ -119,63 +142,70 @@ def beam_search(
     penalty is on.)
     """
     device = src.device
-    B, K = src.size(0), max(cfg.beam, nbest)
+    K = max(cfg.beam, nbest)
     mem, state = model.encode(src, src_len)
-    expand = torch.arange(B, device=device).repeat_interleave(K)
+    expand = torch.arange(src.size(0), device=device).repeat_interleave(K)
     mem, state = mem.select(expand), state.select(expand)
-    scores = torch.full((B, K), NEG_INF, dtype=torch.float64, device=device)
+    alive = list(range(src.size(0)))  # the sentences still searched, in the order of their rows
+    scores = torch.full((len(alive), K), NEG_INF, dtype=torch.float64, device=device)
     scores[:, 0] = 0.0  # all beams start identical: only the first may spread
-    y = torch.full((B * K,), BOS, dtype=torch.long, device=device)
-    history = torch.empty(B * K, 0, dtype=torch.long, device=device)
-    attention = torch.empty(B * K, 0, src.size(1), device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done = [False] * B
+    y = torch.full((len(alive) * K,), BOS, dtype=torch.long, device=device)
+    history = torch.empty(len(alive) * K, 0, dtype=torch.long, device=device)
+    attention = torch.empty(len(alive) * K, 0, src.size(1), device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in alive]
     lengths = src_len.tolist()
-    row_base = torch.arange(B, device=device)[:, None] * K
-    position = torch.arange(2 * K, device=device)
 
     for t in range(max(max_lens)):
+        B = len(alive)
         logits, state, w = model.decoder.step(y, state, mem, t)
-        logp = restrict(torch.log_softmax(logits.float(), dim=-1), t, history, cfg).double()
-        V = logp.size(-1)
-        top, idx = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V).topk(2 * K, dim=1)
-        origin, token = idx // V, idx % V  # (B, 2K) back-pointer and token of each candidate
-        rows = (row_base + origin).flatten()  # flat row of each candidate's parent
-        cand_history = torch.cat([history[rows], token.flatten()[:, None]], 1)  # (B*2K, t+1)
+        logp = restrict(torch.log_softmax(logits.float(), dim=-1), t, history, cfg)
+        # The best 2K candidates overall are among each beam's own best 2K tokens.
+        per_beam = min(2 * K, logp.size(-1))
+        beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
+        total = scores[:, :, None] + beam_logp.double().view(B, K, per_beam)
+        n = min(2 * K, K * per_beam)
+        top, idx = total.view(B, K * per_beam).topk(n, dim=1)  # (B, n)
+        origin = idx // per_beam  # back-pointer: the beam each candidate extends
+        token = beam_token.view(B, K * per_beam).gather(1, idx)
+        rows = (torch.arange(B, device=device)[:, None] * K + origin).flatten()  # parent rows
+        cand_history = torch.cat([history[rows], token.flatten()[:, None]], 1)  # (B*n, t+1)
         cand_attention = torch.cat([attention[rows], w[rows].float()[:, None]], 1)
 
         # Hypotheses leave the beam when they end in EOS among the top K, or reach the cap.
-        at_cap = torch.tensor([t + 1 >= m for m in max_lens], device=device)[:, None]
+        position = torch.arange(n, device=device)
+        at_cap = torch.tensor([t + 1 >= max_lens[b] for b in alive], device=device)[:, None]
         ends = ((token == EOS) | at_cap) & (position < K) & torch.isfinite(top)
-        for b, c in ends.nonzero().tolist():
-            if not done[b]:
-                flat = b * 2 * K + c
-                lp, att = float(top[b, c]), cand_attention[flat]
-                hyp = Hypothesis(
-                    cand_history[flat].tolist(), final_score(lp, att, lengths[b], cfg), lp, att.cpu()
-                )
-                finished[b].append(hyp)
+        for i, c in ends.nonzero().tolist():
+            flat, b = i * n + c, alive[i]
+            lp, att = float(top[i, c]), cand_attention[flat]
+            hyp = Hypothesis(
+                cand_history[flat].tolist(), final_score(lp, att, lengths[b], cfg), lp, att.cpu()
+            )
+            finished[b].append(hyp)
 
         # The live beam: the K best candidates that do not end in EOS.
-        live = ((token == EOS).long() * 2 * K + position).topk(K, dim=1, largest=False).indices  # (B, K)
+        live = ((token == EOS).long() * n + position).topk(K, dim=1, largest=False).indices  # (B, K)
         scores = top.gather(1, live)
-        state = state.select((row_base + origin.gather(1, live)).flatten())
+        keep_rows = (torch.arange(B, device=device)[:, None] * K + origin.gather(1, live)).flatten()
         y = token.gather(1, live).flatten()
-        pick = (torch.arange(B, device=device)[:, None] * 2 * K + live).flatten()
+        pick = (torch.arange(B, device=device)[:, None] * n + live).flatten()
         history, attention = cand_history[pick], cand_attention[pick]
 
-        for b in range(B):
-            if done[b]:
-                continue
-            if t + 1 >= max_lens[b]:
-                done[b] = True
-            elif len(finished[b]) >= K:
-                worst = sorted(h.score for h in finished[b])[-K]
-                bound = float(scores[b].max()) / length_penalty(max_lens[b], cfg)
-                done[b] = worst >= bound
-            if done[b]:
-                scores[b] = NEG_INF
-        if all(done):
+        # Finished sentences leave the batch, so no step is spent on them again.
+        still = [
+            i
+            for i, b in enumerate(alive)
+            if not search_is_over(finished[b], scores[i], t, max_lens[b], K, cfg)
+        ]
+        if not still:
             break
+        if len(still) < B:
+            blocks = torch.tensor(still, device=device)
+            block_rows = (blocks[:, None] * K + torch.arange(K, device=device)).flatten()
+            keep_rows, y = keep_rows[block_rows], y[block_rows]
+            history, attention, scores = history[block_rows], attention[block_rows], scores[blocks]
+            mem = mem.select(block_rows)
+            alive = [alive[i] for i in still]
+        state = state.select(keep_rows)
 
     return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
