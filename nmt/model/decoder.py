@@ -77,39 +77,50 @@ class Decoder(nn.Module):
     def init_state(self, h0: Tensor, c0: Tensor) -> DecoderState:
         return DecoderState(h0, c0)
 
+    parallel = False  # True when the recurrence does not read the attention (whole-target path)
+
+    def recur(
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """y_prev (B, k) -> pre-output vectors (B, k, P), new state, weights (B, k, S).
+
+        Everything but the output layer, which needs no recurrence and so can run once over
+        all steps in training. k > 1 only where the step order allows it (`parallel`).
+        """
+        raise NotImplementedError
+
+    def output(self, pre_output: Tensor) -> Tensor:
+        """Pre-output vectors (..., P) -> logits (..., V)."""
+        return self.output_layer(self.dropout(pre_output))
+
     def step(
         self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One target position: y_prev (B,) -> logits (B, V), new state, weights (B, S)."""
-        logits, state, weights = self.steps(y_prev[:, None], state, mem, t)
-        return logits.squeeze(1), state, weights.squeeze(1)
-
-    def steps(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """y_prev (B, k) -> logits (B, k, V), new state, weights (B, k, S).
-
-        k > 1 only where the step order allows it (Luong without input feeding).
-        """
-        raise NotImplementedError
+        pre_output, state, weights = self.recur(y_prev[:, None], state, mem, t)
+        return self.output(pre_output.squeeze(1)), state, weights.squeeze(1)
 
     def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
         """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
-        logits, weights = [], []
+        if self.parallel:
+            pre_output, _, weights = self.recur(tgt_in, state, mem, 0)  # one LSTM call for all steps
+            return self.output(pre_output), weights
+        pre_outputs, weights = [], []
         for t in range(tgt_in.size(1)):
-            step_logits, state, step_weights = self.step(tgt_in[:, t], state, mem, t)
-            logits.append(step_logits)
+            pre_output, state, step_weights = self.recur(tgt_in[:, t : t + 1], state, mem, t)
+            pre_outputs.append(pre_output)
             weights.append(step_weights)
-        return torch.stack(logits, 1), torch.stack(weights, 1)
+        return self.output(torch.cat(pre_outputs, 1)), torch.cat(weights, 1)
 
 
 class LuongDecoder(Decoder, name="luong"):
     def __init__(self, vocab_size, memory_dim, cfg):
         self.input_feeding = cfg.decoder.input_feeding
         super().__init__(vocab_size, memory_dim, cfg)
+        self.parallel = not self.input_feeding
         self.W_c = nn.Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
         self.W_s = nn.Linear(cfg.decoder.hidden, vocab_size)
-        self.output_layer = self.W_s
+        self.output_layer = self.W_s  # p(y_t) = softmax(W_s h~_t), eq. 6
 
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + (cfg.decoder.hidden if cfg.decoder.input_feeding else 0)
@@ -118,27 +129,16 @@ class LuongDecoder(Decoder, name="luong"):
         feed = h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
         return DecoderState(h0, c0, feed)
 
-    def _attend(self, h: Tensor, mem: Memory, t: int) -> tuple[Tensor, Tensor, Tensor]:
-        """h (B, k, D) -> logits (B, k, V), h~ (B, k, D), weights (B, k, S)."""
-        context, weights = self.attention(h, mem.keys, mem.memory, mem.mask, step=t)
-        h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
-        return self.W_s(self.dropout(h_tilde)), h_tilde, weights  # eq. 6
-
-    def steps(self, y_prev, state, mem, t):
+    def recur(self, y_prev, state, mem, t):
         x = self.dropout(self.embed(y_prev))  # (B, k, E)
         if self.input_feeding:
             assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
             x = torch.cat([x, state.feed[:, None]], dim=-1)
-        h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, k, D)
-        logits, h_tilde, weights = self._attend(h, mem, t)
+        h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, k, D): the RNN step comes first
+        context, weights = self.attention(h, mem.keys, mem.memory, mem.mask, step=t)  # attend with h_t
+        h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
         feed = h_tilde[:, -1] if self.input_feeding else None
-        return logits, DecoderState(h_n, c_n, feed), weights
-
-    def forward(self, tgt_in, state, mem):
-        if self.input_feeding:
-            return super().forward(tgt_in, state, mem)
-        logits, _, weights = self.steps(tgt_in, state, mem, 0)  # whole target in one LSTM call
-        return logits, weights
+        return h_tilde, DecoderState(h_n, c_n, feed), weights
 
 
 class BahdanauDecoder(Decoder, name="bahdanau"):
@@ -154,7 +154,7 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + memory_dim
 
-    def steps(self, y_prev, state, mem, t):
+    def recur(self, y_prev, state, mem, t):
         assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
         y = self.dropout(self.embed(y_prev))  # (B, 1, E)
         s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
@@ -163,7 +163,7 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
         t_out = self.W_o(torch.cat([s, context, y], dim=-1))  # (B, 1, P or 2P)
         if self.maxout:  # App. A.2.2: t_i = max(t~_{i,2j-1}, t~_{i,2j})
             t_out = t_out.unflatten(-1, (-1, 2)).amax(-1)
-        return self.output_layer(self.dropout(t_out)), DecoderState(h_n, c_n), weights
+        return t_out, DecoderState(h_n, c_n), weights
 
 
 def build_decoder(vocab_size: int, memory_dim: int, cfg: ModelConfig) -> Decoder:

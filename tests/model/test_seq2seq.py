@@ -76,8 +76,14 @@ def test_parallel_luong_path_equals_stepping(attention):
     model = Seq2Seq(model_config("luong", attention), V, V).eval()
     src, src_len, tgt_in = batch()
     mem, state = model.encode(src, src_len)
+    assert model.decoder.parallel
     parallel_logits, parallel_weights = model.decoder(tgt_in, state, mem)
-    stepped_logits, stepped_weights = Decoder.forward(model.decoder, tgt_in, state, mem)
+    stepped_logits, stepped_weights = [], []
+    for t in range(tgt_in.size(1)):
+        logits, state, weights = model.decoder.step(tgt_in[:, t], state, mem, t)
+        stepped_logits.append(logits)
+        stepped_weights.append(weights)
+    stepped_logits, stepped_weights = torch.stack(stepped_logits, 1), torch.stack(stepped_weights, 1)
     torch.testing.assert_close(parallel_logits, stepped_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(parallel_weights, stepped_weights, atol=1e-5, rtol=1e-5)
 
@@ -119,6 +125,23 @@ def test_bahdanau_decoder_attends_with_the_previous_state():
         assert torch.equal(w1[:, :2], w2[:, :2])
         assert not torch.allclose(w1[:, 3], w2[:, 3])
         assert torch.equal(w1[:, 2], w2[:, 2]) is same
+
+
+@pytest.mark.parametrize(
+    "style,feeding", [("luong", True), ("bahdanau", False)], ids=["luong-if", "bahdanau"]
+)
+def test_teacher_forcing_equals_stepping_for_recurrent_decoders(style, feeding):
+    """The training path applies the output layer once after the loop; it must equal step()."""
+    torch.manual_seed(0)
+    extra = {"input_feeding": True} if feeding else {}
+    model = Seq2Seq(model_config(style, "general", **extra), V, V).eval()
+    src, src_len, tgt_in = batch()
+    mem, state = model.encode(src, src_len)
+    assert not model.decoder.parallel
+    logits, _ = model.decoder(tgt_in, state, mem)
+    for t in range(tgt_in.size(1)):
+        step_logits, state, _ = model.decoder.step(tgt_in[:, t], state, mem, t)
+        torch.testing.assert_close(logits[:, t], step_logits, atol=1e-5, rtol=1e-5)
 
 
 CASES = [("luong", a, False) for a in sorted(Attention.registry)] + [
