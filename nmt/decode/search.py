@@ -118,7 +118,7 @@ def greedy_search(
 
 
 def search_is_over(
-    finished: list[Hypothesis], live_scores: Tensor, t: int, max_len: int, K: int, cfg
+    finished: list[Hypothesis], live_scores: Tensor, t: int, max_len: int, K: int, cfg: DecodeConfig
 ) -> bool:
     """Whether a sentence's search is over after step t (see `beam_search`)."""
     if t + 1 >= max_len:
