@@ -193,3 +193,19 @@ def test_subword_sampling_varies_segmentation_but_not_text(toy_dir, tmp_path):
     assert [decode(first.src[i].tolist()) for i in range(20)] == [
         decode(other.src[i].tolist()) for i in range(20)
     ]
+
+
+def test_a_different_tokenizer_never_reads_another_tokenizers_cached_encodings(toy_dir, tmp_path):
+    from nmt.config import TokenizerConfig
+    from nmt.data.sources import read_parallel
+    from nmt.data.tokenizer import TokenizerPair
+
+    cfg = load_config("toy-luong.yaml", [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}"])
+    prepare(cfg, ("valid",))  # caches train and valid with the config's tokenizer
+    other = TokenizerPair.train(
+        read_parallel(toy_dir / "train.human", toy_dir / "train.iso")[:300], TokenizerConfig(vocab_size=60)
+    )
+    data = prepare(cfg, ("valid",), tokenizers=other)  # e.g. resuming with a checkpoint's tokenizer
+    first_valid = (toy_dir / "valid.human").read_text().splitlines()[0]
+    assert data.held_out["valid"].corpus.src[0].tolist() == other.src.encode(first_valid)
+    assert data.train.src.tokens.max() < len(other.src)

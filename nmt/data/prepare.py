@@ -109,7 +109,10 @@ def prepare(
 
 def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     raw = load_split(cfg.data, name)
-    path = cache / f"{name}-{digest(raw)[:16]}.npz"
+    tok_key = hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
+    path = (
+        cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
+    )  # stale if either the text or the tokenizer changes
     if path.is_file():
         corpus = EncodedCorpus.load(path)
     else:

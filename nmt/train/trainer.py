@@ -81,7 +81,12 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
         checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
 
+        # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
+        if self.rank > 0:
+            distributed.barrier()
         data = prepare(cfg, ("valid",), checkpoint.tokenizers if checkpoint else None)
+        if self.rank == 0:
+            distributed.barrier()
         self.tok, self.train_data, self.dropped = data.tokenizers, data.train, data.dropped
         self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
         self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
