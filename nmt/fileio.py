@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -48,11 +49,14 @@ def read_lines(path: Path, errors: str = "strict", hint: str = "") -> list[str]:
     `errors="replace"` turns invalid bytes into U+FFFD instead of stopping.
     """
     path = Path(path)
-    if not path.exists():
+    if path == Path("/dev/stdin"):  # read the bytes ourselves: a bad byte is then a clean error
+        data, path = sys.stdin.buffer.read(), Path("<stdin>")
+    elif not path.exists():
         raise NMTError(f"{path}: file not found")
-    if path.is_dir():
+    elif path.is_dir():
         raise NMTError(f"{path}: is a directory, not a text file")
-    data = path.read_bytes()
+    else:
+        data = path.read_bytes()
     try:
         text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:

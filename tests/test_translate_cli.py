@@ -114,3 +114,14 @@ def test_output_file_is_written_whole(model, text, tmp_path):
     assert len((tmp_path / "out.txt").read_text().splitlines()) == len(text)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     shutil.rmtree(tmp_path)
+
+
+def test_nbest_keeps_empty_lines_in_place(model):
+    out = translate("-m", model, "--beam", 3, "--nbest", 2, input="5.6.1990\n\n1. Mai 2000\n").stdout
+    indices = [line.split("\t")[0] for line in out.splitlines()]
+    assert indices == ["1", "1", "2", "3", "3"]
+
+
+def test_non_utf8_on_stdin_is_one_clean_error(model):
+    result = runner.invoke(app, ["translate", "-m", str(model)], input=b"5.6.1990\n\xff\n")
+    assert result.exit_code == 2 and "<stdin>: line 2 is not valid UTF-8" in result.stderr

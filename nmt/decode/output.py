@@ -22,6 +22,8 @@ class OutputOptions:
 
 
 def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
+    if opts.nbest > 1 and not t.hypotheses:  # an empty input line: one empty row, still in place
+        return f"{index}\t1\t0.0000\t\n"
     if opts.nbest > 1:
         return "".join(
             f"{index}\t{rank}\t{h.score:.4f}\t{text}\n"
@@ -66,7 +68,7 @@ def translate_files(
     if input is None and sys.stdin.isatty() and output is None:
         interactive(translator, opts)
         return ""
-    lines = read_lines(input) if input else sys.stdin.read().splitlines()
+    lines = read_lines(input if input else Path("/dev/stdin"))
     stream = None if output else sys.stdout
     results = translate_stream(translator, lines, opts, stream, quiet)
     if output:
