@@ -109,10 +109,9 @@ def prepare(
 
 def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     raw = load_split(cfg.data, name)
+    # Keyed by the text and the tokenizer: a change in either must never read old arrays.
     tok_key = hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
-    path = (
-        cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
-    )  # stale if either the text or the tokenizer changes
+    path = cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
     if path.is_file():
         corpus = EncodedCorpus.load(path)
     else:
