@@ -272,7 +272,6 @@ class Trainer:
         if last_valid.get("step") != p.step:
             last_valid = self.validate()
         self._average()
-        self.log(f"stopped: {stopped}")
         return TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, last_valid, self.rank)
 
     def _epoch_batches(self) -> list[list[int]]:
