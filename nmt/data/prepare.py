@@ -62,10 +62,11 @@ def fingerprint(cfg: Config, train_digest: str) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def encode(pairs: Pairs, tok: TokenizerPair, form: str) -> EncodedCorpus:
-    src = Side.encode(tok.src.encode_batch, [normalize(s, form) for s, _ in pairs])
-    tgt = Side.encode(tok.tgt.encode_batch, [normalize(t, form) for _, t in pairs])
-    return EncodedCorpus(src, tgt)
+def encode(sources: list[str], targets: list[str], tok: TokenizerPair) -> EncodedCorpus:
+    """Already normalised text -> compact arrays."""
+    return EncodedCorpus(
+        Side.encode(tok.src.encode_batch, sources), Side.encode(tok.tgt.encode_batch, targets)
+    )
 
 
 def prepare(
@@ -89,10 +90,7 @@ def prepare(
         if not cleaned:
             raise NMTError("data: the training set is empty after dropping pairs with an empty side")
         tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)
-        encoded = EncodedCorpus(
-            Side.encode(tok.src.encode_batch, [s for s, _ in cleaned]),
-            Side.encode(tok.tgt.encode_batch, [t for _, t in cleaned]),
-        )
+        encoded = encode([s for s, _ in cleaned], [t for _, t in cleaned], tok)
         keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
         dropped += too_long
         if not keep:
@@ -109,16 +107,18 @@ def prepare(
 
 def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     raw = load_split(cfg.data, name)
+    form = cfg.data.normalize
+    pairs = [(normalize(s, form), t) for s, t in raw]  # the reference stays as written
     # Keyed by the text and the tokenizer: a change in either must never read old arrays.
     tok_key = hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
     path = cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
     if path.is_file():
         corpus = EncodedCorpus.load(path)
     else:
-        corpus = encode(raw, tok, cfg.data.normalize)
+        corpus = encode([s for s, _ in pairs], [normalize(t, form) for _, t in pairs], tok)
         if cache.is_dir():
             corpus.save(path)
-    return Split(corpus, [(normalize(s, cfg.data.normalize), t) for s, t in raw])
+    return Split(corpus, pairs)
 
 
 def _cached_tokenizers(cache: Path, meta: dict) -> TokenizerPair:
@@ -146,9 +146,8 @@ def _write_cache(
         "config": {"data": vars(cfg.data), "tokenizer": vars(cfg.tokenizer)},
         "tokenizer_sha256": {side: hashlib.sha256(m).hexdigest() for side, m in state.items()},
     }
-    atomic_write_text(
-        cache / "meta.json", json.dumps(meta, indent=1)
-    )  # written last: marks the cache complete
+    # written last: its presence marks the cache complete
+    atomic_write_text(cache / "meta.json", json.dumps(meta, indent=1))
 
 
 def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nmt.config import DataConfig
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_write, atomic_write_text, read_lines
 
 Pairs = list[tuple[str, str]]
 SPLITS = ("train", "valid", "test")
@@ -40,7 +40,7 @@ def read_parallel(src_path: Path, tgt_path: Path, errors: str = "strict") -> Pai
 
 def load_split(cfg: DataConfig, split: str) -> Pairs:
     """Plain text files; for a `datasets` source, the copy `download` made when it is current."""
-    if cfg.format == "text" or _manifest_is_current(cfg):
+    if cfg.format == "text" or _manifest_is_current(cfg, (split,)):
         return read_parallel(
             text_path(cfg, split, cfg.src_lang), text_path(cfg, split, cfg.tgt_lang), cfg.errors
         )
@@ -57,11 +57,8 @@ def _source(cfg: DataConfig) -> dict:
     }
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _manifest_is_current(cfg: DataConfig) -> bool:
+def _manifest_is_current(cfg: DataConfig, splits: tuple[str, ...] = SPLITS) -> bool:
+    """Whether `download` wrote these splits for this source and their files are unchanged."""
     path = Path(cfg.dir) / "manifest.json"
     if not path.is_file():
         return False
@@ -69,9 +66,10 @@ def _manifest_is_current(cfg: DataConfig) -> bool:
     if manifest.get("source") != _source(cfg):
         return False
     return all(
-        text_path(cfg, split, lang).is_file() and _sha256(text_path(cfg, split, lang)) == digest
-        for split, info in manifest["splits"].items()
-        for lang, digest in info["sha256"].items()
+        text_path(cfg, split, lang).is_file()
+        and hashlib.sha256(text_path(cfg, split, lang).read_bytes()).hexdigest() == digest
+        for split in splits
+        for lang, digest in manifest["splits"][split]["sha256"].items()
     )
 
 
@@ -90,8 +88,9 @@ def download(cfg: DataConfig) -> str:
         for lang, side in ((cfg.src_lang, 0), (cfg.tgt_lang, 1)):
             path = text_path(cfg, split, lang)
             # one sentence a line: a newline inside a sentence would shift every line after it
-            atomic_write_text(path, "".join(" ".join(p[side].split()) + "\n" for p in pairs))
-            info["sha256"][lang] = _sha256(path)
+            data = "".join(" ".join(p[side].split()) + "\n" for p in pairs).encode("utf-8")
+            atomic_write(path, lambda f, data=data: f.write(data))
+            info["sha256"][lang] = hashlib.sha256(data).hexdigest()
         splits[split] = info
         lines.append(
             f"{split}: {len(pairs)} pairs -> {text_path(cfg, split, cfg.src_lang).name}, "
