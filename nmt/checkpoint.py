@@ -56,7 +56,8 @@ def resolve_checkpoint(path: Path) -> Path:
     return path
 
 
-def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
+def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The checkpoint's contents, checked to be an nmt checkpoint of this format."""
     path = resolve_checkpoint(path)
     try:
         state = torch.load(path, map_location=device, weights_only=True)
@@ -69,6 +70,12 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
             f"{path}: checkpoint format {state['format_version']} is not supported by this nmt "
             f"(format {FORMAT_VERSION}); use the nmt version that wrote it"
         )
+    return state
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """A ready model (eval mode, on `device`) with its config and tokenizers."""
+    state = read_checkpoint(path, device)
     cfg = config_from_dict(state["config"], source=str(path))
     tok = TokenizerPair.from_state(state["tokenizers"])
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))

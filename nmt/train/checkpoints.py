@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import BEST, LAST
+from nmt.checkpoint import BEST, LAST, read_checkpoint
 
 
 class CheckpointKeeper:
@@ -45,7 +45,7 @@ class CheckpointKeeper:
             return None
         total: dict[str, torch.Tensor] = {}
         for step in steps:
-            weights = torch.load(self.snapshot(step), map_location="cpu", weights_only=True)["model"]
+            weights = read_checkpoint(self.snapshot(step))["model"]
             for name, value in weights.items():
                 total[name] = total.get(name, 0) + value.double()
         return {name: (value / len(steps)).float() for name, value in total.items()}

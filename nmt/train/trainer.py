@@ -12,11 +12,12 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import LAST, load_checkpoint, save_checkpoint
+from nmt.checkpoint import LAST, read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import prepare, sampled_train
+from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
@@ -79,15 +80,16 @@ class Trainer:
         self.precision = Precision(self.device, cfg.train.precision)
         torch.manual_seed(cfg.train.seed)
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
-        checkpoint = load_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
+        checkpoint = read_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
+        resumed_tok = TokenizerPair.from_state(checkpoint["tokenizers"]) if checkpoint else None
 
         # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
         if self.rank > 0:
             distributed.barrier()
-        data = prepare(cfg, ("valid",), checkpoint.tokenizers if checkpoint else None)
+        data = prepare(cfg, ("valid",), resumed_tok)
         if self.rank == 0:
             distributed.barrier()
-        self.tok, self.train_data, self.dropped = data.tokenizers, data.train, data.dropped
+        self.tok, self.train_data = data.tokenizers, data.train
         self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
         self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
 
@@ -99,10 +101,10 @@ class Trainer:
         )
         self.progress = Progress()
         if checkpoint:
-            self._restore(checkpoint.state)
+            self._restore(checkpoint)
         self.ddp_model = distributed.wrap(self.model, self.device)
         self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
-        dropped = describe_dropped(self.dropped)
+        dropped = describe_dropped(data.dropped)
         self.log(
             f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
             f"validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
@@ -297,8 +299,9 @@ class Trainer:
         return bool(self.cfg.train.patience) and self.progress.bad_validations >= self.cfg.train.patience
 
     @torch.no_grad()
-    def evaluate_model(self) -> dict:
-        """Validation loss, perplexity and translation scores of the current weights."""
+    def evaluate_model(self) -> tuple[dict, list[str]]:
+        """Validation loss, perplexity and translation scores of the current weights, and the
+        translations themselves."""
         self.model.eval()
         nll, tokens = 0.0, 0
         size = self.cfg.decode.batch_size
@@ -323,15 +326,13 @@ class Trainer:
             "valid_bleu": report.scores["BLEU"],
             "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
-            "hypotheses": hyps,
-        }
+        }, hyps
 
     def validate(self) -> dict:
         """Validate (rank 0 only), keep the checkpoints, and step the plateau schedule everywhere."""
         p, cfg = self.progress, self.cfg.train
         if self.rank == 0:
-            scores = self.evaluate_model()
-            hyps = scores.pop("hypotheses")
+            scores, hyps = self.evaluate_model()
             atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", "".join(h + "\n" for h in hyps))
             value = scores[f"valid_{cfg.metric}"]
             improved = p.best is None or (value > p.best if self.higher_is_better else value < p.best)
@@ -371,8 +372,7 @@ class Trainer:
             return
         current = {k: v.clone() for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(averaged)
-        scores = self.evaluate_model()
-        scores.pop("hypotheses")
+        scores, _ = self.evaluate_model()
         self.save("averaged.pt")
         self.model.load_state_dict(current)
         self.record({"step": self.progress.step, **{f"{k}_averaged": v for k, v in scores.items()}})
