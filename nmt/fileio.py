@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -49,19 +48,22 @@ def read_lines(path: Path, errors: str = "strict", hint: str = "") -> list[str]:
     `errors="replace"` turns invalid bytes into U+FFFD instead of stopping.
     """
     path = Path(path)
-    if path == Path("/dev/stdin"):  # read the bytes ourselves: a bad byte is then a clean error
-        data, path = sys.stdin.buffer.read(), Path("<stdin>")
-    elif not path.exists():
+    if not path.exists():
         raise NMTError(f"{path}: file not found")
-    elif path.is_dir():
+    if path.is_dir():
         raise NMTError(f"{path}: is a directory, not a text file")
-    else:
-        data = path.read_bytes()
+    return decode_lines(path.read_bytes(), str(path), errors, hint)
+
+
+def decode_lines(data: bytes, where: str, errors: str = "strict", hint: str = "") -> list[str]:
+    """UTF-8 bytes -> lines; a bad byte is one error naming `where` and the line number."""
     try:
         text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise NMTError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8{hint}") from None
+        raise NMTError(
+            f"{where}: line {line} is not valid UTF-8; re-encode the file as UTF-8{hint}"
+        ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nmt.decode.translator import Translation, Translator
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_write_text, decode_lines, read_lines
 
 
 @dataclass
@@ -68,7 +68,7 @@ def translate_files(
     if input is None and sys.stdin.isatty() and output is None:
         interactive(translator, opts)
         return ""
-    lines = read_lines(input if input else Path("/dev/stdin"))
+    lines = read_lines(input) if input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
     stream = None if output else sys.stdout
     results = translate_stream(translator, lines, opts, stream, quiet)
     if output:

@@ -19,11 +19,15 @@ from nmt.errors import NMTError
 
 @dataclass
 class Translation:
-    text: str
     src_pieces: list[str]  # with the final "</s>"
     tgt_pieces: list[str]  # with the final "</s>" when the hypothesis ended in EOS
     hypotheses: list[Hypothesis]  # n-best, best first; empty for an empty input line
     texts: list[str]  # the detokenised text of each hypothesis
+
+    @property
+    def text(self) -> str:
+        """The best translation."""
+        return self.texts[0]
 
 
 class Translator:
@@ -63,7 +67,7 @@ class Translator:
                 pieces = pieces[: self.src_limit]
             ids.append(pieces + [EOS])
         # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
-        done = {i: Translation("", [], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
+        done = {i: Translation([], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
         order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
         batches = iter(self._batches(order, ids))
         next_out = 0
@@ -77,7 +81,6 @@ class Translator:
             for i, hyps in zip(chunk, self._decode([ids[i] for i in chunk], nbest), strict=True):
                 texts = [self.tok.tgt.decode(h.tokens) for h in hyps]
                 done[i] = Translation(
-                    text=texts[0],
                     src_pieces=self.tok.src.id_to_piece(ids[i]),
                     tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
                     hypotheses=hyps,
