@@ -179,14 +179,15 @@ def test_multi30k_download_prepare_stats(tmp_path):
 
 
 def test_subword_sampling_varies_segmentation_but_not_text(toy_dir, tmp_path):
-    from nmt.data.prepare import sampled_train
+    from nmt.data.prepare import sampled_train, train_text
 
     cfg = load_config(
         "toy-luong.yaml",
         [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}", "tokenizer.sampling_alpha=0.5"],
     )
     data = prepare(cfg, ())
-    first, again, other = (sampled_train(cfg, data.tokenizers, seed) for seed in (1, 1, 2))
+    text = train_text(cfg)
+    first, again, other = (sampled_train(cfg, text, data.tokenizers, seed) for seed in (1, 1, 2))
     assert first.src.tokens.tolist() == again.src.tokens.tolist()  # seeded: resumable
     assert first.src.tokens.tolist() != other.src.tokens.tolist()
     decode = data.tokenizers.src.decode

@@ -150,12 +150,16 @@ def _write_cache(
     atomic_write_text(cache / "meta.json", json.dumps(meta, indent=1))
 
 
-def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:
+def train_text(cfg: Config) -> Pairs:
+    """The cleaned training pairs as text, for subword sampling."""
+    return clean_pairs(load_split(cfg.data, "train"), cfg.data)[0]
+
+
+def sampled_train(cfg: Config, cleaned: Pairs, tok: TokenizerPair, seed: int) -> EncodedCorpus:
     """Subword regularisation (Kudo 2018): the training text segmented afresh (seeded), then
     filtered by length as usual."""
     import sentencepiece as spm
 
-    cleaned, _ = clean_pairs(load_split(cfg.data, "train"), cfg.data)
     spm.set_random_generator_seed(seed)
     alpha = cfg.tokenizer.sampling_alpha
     encoded = EncodedCorpus.from_lists(

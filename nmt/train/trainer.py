@@ -16,7 +16,7 @@ from nmt.checkpoint import LAST, read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
-from nmt.data.prepare import prepare, sampled_train
+from nmt.data.prepare import prepare, sampled_train, train_text
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
@@ -92,6 +92,7 @@ class Trainer:
         self.tok, self.train_data = data.tokenizers, data.train
         self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
         self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
+        self.train_text: list[tuple[str, str]] | None = None  # read once, only if sampling
 
         self.model = Seq2Seq(cfg.model, len(self.tok.src), len(self.tok.tgt)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
@@ -280,7 +281,8 @@ class Trainer:
         """This process's batches for the current epoch (every `world`-th under torchrun)."""
         cfg, epoch = self.cfg.train, self.progress.epoch
         if self.cfg.tokenizer.sampling_alpha and self.sampled_epoch != epoch:
-            self.train_data = sampled_train(self.cfg, self.tok, cfg.seed * 1000 + epoch)
+            self.train_text = self.train_text or train_text(self.cfg)
+            self.train_data = sampled_train(self.cfg, self.train_text, self.tok, cfg.seed * 1000 + epoch)
             self.sampled_epoch = epoch
         batches = length_grouped_batches(self.train_data, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
         return distributed.shard(batches, self.rank, self.world)
