@@ -9,7 +9,7 @@ BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format bench clean
+.PHONY: install test demo lint format bench study clean
 
 install: $(STAMP)
 
@@ -49,5 +49,12 @@ demo: install
 bench: install
 	$(BIN)/python scripts/bench.py
 
+# "Bahdanau or Luong?": nine attentions trained on Multi30k de-en with one budget, scored and timed;
+# regenerates docs/study.md (about 20 minutes on 2 CPU cores). STUDY_ARGS="--budget full" for the
+# committed report, or e.g. "--seeds 1,2,3", "--config iwslt-luong-dot.yaml --set train.device=cuda".
+STUDY_ARGS ?= --budget quick
+study: install
+	$(BIN)/python scripts/compare_attention.py $(STUDY_ARGS)
+
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache study-runs

@@ -141,6 +141,92 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     }
 
 
+def forward_flops(cfg, batch) -> float:
+    """FLOPs (2 per multiply-add) of the matrix products in one teacher-forced forward pass of
+    `batch`, padding positions included where the model computes them (the decoder runs on the
+    padded target; the packed encoder does not). Backward costs two more of the same."""
+    m = cfg.model
+    E, He, D, V = m.embedding, m.encoder.hidden, m.decoder.hidden, cfg.tokenizer.vocab_size
+    M, B, S = 2 * He, batch.src.size(0), batch.src.size(1)
+    positions = batch.tgt_in.numel()  # B x T decoder steps
+    att, style = m.attention.type, m.decoder.style
+    encoder = int(batch.src_len.sum()) * 2 * 2 * 4 * He * (E + He)
+    bridge = B * 2 * 2 * M * D  # h and c
+    keys = {"general": B * S * 2 * M * D, "bahdanau": B * S * 2 * M * D}.get(att, 0)
+    per_step = 2 * S * (D + M)  # scores and context
+    if att == "bahdanau":
+        per_step += 2 * D * D  # the query projection; the tanh and v . are not matrix products
+    rnn_in = E + (D if m.decoder.input_feeding else 0) if style == "luong" else E + M
+    per_step += 2 * 4 * D * (rnn_in + D)
+    if style == "luong":
+        per_step += 2 * (M + D) * D + 2 * D * V  # W_c and W_s
+    else:
+        per_step += 2 * (D + M + E) * E + 2 * E * V  # W_o and the output layer
+    return encoder + bridge + keys + positions * per_step
+
+
+def gemm_gflops(n: int, k: int, m: int, repeat: int = 20) -> float:
+    """This machine's fp32 matmul speed for an (n, k) x (k, m) product."""
+    import torch
+
+    a, b = torch.randn(n, k), torch.randn(k, m)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeat):
+        a @ b
+    return 2 * n * k * m * repeat / (time.perf_counter() - start) / 1e9
+
+
+ROOFLINE_CASES = ("train-luong-general-if", "train-luong-general", "train-bahdanau")
+
+
+def print_roofline(roof: dict, measured: dict) -> None:
+    peak = roof["gemm_gflops"]["square 2048"]
+    print("\nmatmul speed here (GFLOP/s): " + ", ".join(f"{k} {v}" for k, v in roof["gemm_gflops"].items()))
+    for name, mflop in roof["mflop_per_tgt_token"].items():
+        if name in measured:
+            achieved = measured[name] * mflop / 1e3
+            print(
+                f"{name:30} {mflop:5.1f} MFLOP/tgt token x {measured[name]:,.0f} tok/s = "
+                f"{achieved:5.1f} GFLOP/s, {100 * achieved / peak:3.0f}% of the square-GEMM peak"
+            )
+
+
+def run_roofline() -> dict:
+    """FLOPs per target token of the headline training cases, and the matmul speeds they are
+    bound by: how close each case's measured tokens/s comes to the machine's limit."""
+    import torch
+
+    from nmt.data.batching import collate, length_grouped_batches
+    from nmt.data.prepare import prepare
+
+    directory, toy = data_dir()
+    speeds = {
+        "square 2048": gemm_gflops(2048, 2048, 2048, 5),
+        "output layer 1000x512x8000": gemm_gflops(1000, 512, 8000, 5),
+        "decoder step 64x1280x2048": gemm_gflops(64, 1280, 2048),
+        "encoder 1000x512x1024": gemm_gflops(1000, 512, 1024),
+    }
+    cases = {}
+    for name in ("train-luong-general-if", "train-luong-general", "train-bahdanau"):
+        cfg = bench_config(*CASES[name], directory, toy)
+        data = prepare(cfg, held_out=())
+        batches = [
+            collate(data.train, b) for b in length_grouped_batches(data.train, 64, seed=1, epoch=0)[:200]
+        ]
+        flops = sum(3 * forward_flops(cfg, b) for b in batches)
+        tokens = sum(b.n_tgt_tokens for b in batches)
+        cases[name] = round(flops / tokens / 1e6, 1)
+    return {
+        "case": "roofline",
+        "mflop_per_tgt_token": cases,  # forward + backward (3x the forward products)
+        "gemm_gflops": {k: round(v, 1) for k, v in speeds.items()},
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident memory. VmHWM belongs to the address space, so it starts
     afresh at exec; ru_maxrss would carry over the parent's peak."""
@@ -204,7 +290,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--case", choices=sorted(CASES | DECODE_CASES), help="run one case in this process")
+    parser.add_argument(
+        "--case", choices=sorted([*CASES, *DECODE_CASES, "roofline"]), help="run one case in this process"
+    )
     parser.add_argument(
         "--model", type=Path, help="checkpoint for the decode cases (default: the cached one)"
     )
@@ -217,6 +305,9 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every case, not only the headline ones")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per case)")
     args = parser.parse_args()
+    if args.case == "roofline":
+        print(json.dumps(run_roofline()))
+        return
     if args.case in DECODE_CASES:
         result = run_decode_case(args.case, args.model or bench_model(), args.sentences)
         print(json.dumps(result) if args.json else result)
@@ -257,10 +348,22 @@ def main() -> None:
                 f"{r['case']:30} {r['value']:9.1f} {r['unit']:15} {extra}  {r['peak_rss_mib']:7.0f} MiB",
                 flush=True,
             )
+    measured = {r["case"]: r["value"] for r in results}
+    if any(name in measured for name in ROOFLINE_CASES):
+        roof = json.loads(
+            subprocess.run(
+                [sys.executable, __file__, "--case", "roofline"], capture_output=True, text=True, check=True
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        results.append(roof)
+        if not args.json:
+            print_roofline(roof, measured)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
-        r = results[-1]
+        r = results[0]
         data = "toy task" if data_dir()[1] else "Multi30k de-en"
         print(f"torch {r['torch']}, {r['threads']} threads, {data}")
 

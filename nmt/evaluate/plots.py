@@ -26,17 +26,31 @@ def save_png(fig, path: Path) -> None:
 
 def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], path: Path) -> None:
     """Source pieces on x, target pieces on y, one cell per weight, with a colour bar."""
+    attention_heatmaps([("", weights, src_pieces, tgt_pieces)], path)
+
+
+def attention_heatmaps(panels: list[tuple], path: Path, columns: int = 1) -> None:
+    """One heatmap per (title, weights, src_pieces, tgt_pieces) panel, on one figure, so that
+    systems that translated the same sentence can be compared at a glance."""
     import numpy as np
 
     plt = pyplot()
-    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
-    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(src_pieces) + 2), max(3, 0.4 * len(tgt_pieces) + 1.5)))
-    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=60, ha="right")
-    ax.set_yticks(range(len(tgt_pieces)), tgt_pieces)
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
-    fig.colorbar(image, ax=ax, fraction=0.04)
+    rows = -(-len(panels) // columns)
+    width = max(4, 0.45 * max(len(p[2]) for p in panels) + 2)
+    height = max(3, 0.4 * max(len(p[3]) for p in panels) + 1.5)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    for ax, (title, weights, src_pieces, tgt_pieces) in zip(axes.flat, panels, strict=False):
+        weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
+        image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=60, ha="right")
+        ax.set_yticks(range(len(tgt_pieces)), tgt_pieces)
+        ax.set_xlabel("source")
+        ax.set_ylabel("output")
+        if title:
+            ax.set_title(title)
+        fig.colorbar(image, ax=ax, fraction=0.04)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
     fig.tight_layout()
     save_png(fig, path)
 

@@ -249,7 +249,9 @@ class Trainer:
                         )
                         window_nll, window_tokens, window_start = 0.0, 0, time.perf_counter()
                     if p.step % cfg.valid_every == 0:
+                        validation_start = time.perf_counter()
                         last_valid = self.validate()
+                        window_start += time.perf_counter() - validation_start  # not training time
                         if self._patience_spent():
                             break
                 if p.batch_in_epoch >= len(batches):

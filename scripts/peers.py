@@ -1,0 +1,328 @@
+"""OpenNMT-py and JoeyNMT on the bench shape, measured the way scripts/bench.py measures nmt.
+
+Not part of the test suite: the peers live in their own virtualenvs (they pin older torch
+releases, so install them with --no-deps on top of torch 2.13), e.g.
+
+    python3 -m venv ../peers/onmt && ../peers/onmt/bin/pip install torch==2.13.0
+    ../peers/onmt/bin/pip install --no-deps OpenNMT-py==3.5.1 && ...its requirements...
+
+    python scripts/peers.py prepare --work ../peers/work
+    python scripts/peers.py train onmt --python ../peers/onmt/bin/python --work ../peers/work --steps 150
+    python scripts/peers.py train joey --python ../peers/joey/bin/python --work ../peers/work --steps 150
+    python scripts/peers.py train onmt ... --minutes 20 --save-every 250   # the equal-budget run
+    python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5
+    python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
+
+Both peers read the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
+so vocabularies and sequence lengths are equal; their outputs are decoded with the same model and
+scored with sacreBLEU like nmt's. Each command prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+
+# The bench shape: embeddings 256, BiLSTM 1x256 per direction, LSTM decoder 1x512, Luong general
+# attention with input feeding, a linear bridge, dropout 0.3, Adam 1e-3, 64 sentences, clip 5.
+ONMT = """\
+save_data: {work}/onmt
+src_vocab: {work}/onmt.vocab
+share_vocab: true
+src_vocab_size: 9000
+tgt_vocab_size: 9000
+src_seq_length: 80
+tgt_seq_length: 80
+data:
+  corpus_1: {{path_src: {work}/sp/train.de, path_tgt: {work}/sp/train.en}}
+  valid: {{path_src: {work}/sp/val.de, path_tgt: {work}/sp/val.en}}
+save_model: {run}/model
+encoder_type: brnn
+decoder_type: rnn
+rnn_type: LSTM
+enc_layers: 1
+dec_layers: 1
+word_vec_size: 256
+enc_hid_size: 512
+dec_hid_size: 512
+global_attention: general
+input_feed: 1
+bridge: true
+dropout: [0.3]
+optim: adam
+learning_rate: 0.001
+max_grad_norm: 5
+batch_size: 64
+batch_type: sents
+valid_batch_size: 64
+train_steps: {steps}
+valid_steps: 1000000
+save_checkpoint_steps: {save_every}
+keep_checkpoint: 1000
+report_every: {report_every}
+seed: {seed}
+num_workers: {workers}
+"""
+
+JOEY = """\
+name: bench
+joeynmt_version: 2.3.0
+data:
+  train: {work}/sp/train
+  dev: {work}/sp/val
+  dataset_type: plain
+  src: {{lang: de, level: word, lowercase: false, max_length: 80, voc_limit: 9000, voc_min_freq: 1}}
+  trg: {{lang: en, level: word, lowercase: false, max_length: 80, voc_limit: 9000, voc_min_freq: 1}}
+training:
+  model_dir: {run}/model
+  overwrite: true
+  random_seed: {seed}
+  optimizer: adam
+  learning_rate: 0.001
+  clip_grad_norm: 5.0
+  scheduling: exponential  # with factor 1: a constant rate, as nmt's and OpenNMT-py's here
+  decrease_factor: 1.0
+  batch_size: 64
+  batch_type: sentence
+  epochs: 1000
+  validation_freq: 1000000
+  logging_freq: {report_every}
+  use_cuda: false
+  num_workers: 0
+  keep_best_ckpts: 1
+testing: {{beam_size: 1, batch_size: 64, batch_type: sentence, max_output_length: 100}}
+model:
+  initializer: xavier_uniform
+  encoder:
+    type: recurrent
+    rnn_type: lstm
+    embeddings: {{embedding_dim: 256}}
+    hidden_size: 256
+    bidirectional: true
+    dropout: 0.3
+    num_layers: 1
+  decoder:
+    type: recurrent
+    rnn_type: lstm
+    embeddings: {{embedding_dim: 256}}
+    hidden_size: 512
+    dropout: 0.3
+    hidden_dropout: 0.3
+    num_layers: 1
+    input_feeding: true
+    init_hidden: bridge
+    attention: luong
+"""
+TOK_S = {  # the target-tokens-per-second figure in each peer's training log
+    "onmt": re.compile(r"Step (\d+)/.*?(\d+)/\s*(\d+) tok/s"),
+    "joey": re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+(\d+)"),
+}
+
+
+def tokenizer():
+    """The bench's joint 8k SentencePiece model (trained by scripts/bench.py on first use)."""
+    import sentencepiece as spm
+    from bench import CACHE, bench_config, data_dir
+
+    from nmt.data.prepare import prepare
+
+    directory, toy = data_dir()
+    if toy:
+        raise SystemExit("peers: needs Multi30k in ../shared/data/multi30k")
+    prepare(bench_config("luong", "general", True, directory, toy), held_out=())
+    (model,) = sorted(CACHE.glob("*/src.model"), key=lambda p: p.stat().st_mtime)[-1:]
+    return spm.SentencePieceProcessor(model_file=str(model)), directory
+
+
+def prepare(work: Path) -> dict:
+    sp, directory = tokenizer()
+    (work / "sp").mkdir(parents=True, exist_ok=True)
+    counts: Counter = Counter()
+    for split in SPLITS.values():
+        for lang in ("de", "en"):
+            lines = (directory / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            pieces = [" ".join(p) for p in sp.encode(lines, out_type=str)]
+            (work / "sp" / f"{split}.{lang}").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+            if split == "train":
+                counts.update(p for line in pieces for p in line.split())
+    (work / "onmt.vocab").write_text(
+        "".join(f"{p}\t{n}\n" for p, n in counts.most_common()), encoding="utf-8"
+    )
+    return {"work": str(work), "pieces": len(counts)}
+
+
+def peer_env(threads: int) -> dict:
+    return os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def train(peer: str, python: str, work: Path, args) -> dict:
+    run = work / f"{peer}-{args.tag}"
+    run.mkdir(parents=True, exist_ok=True)
+    steps = args.steps or 10**7
+    fields = dict(
+        work=work, run=run, steps=steps, seed=1, report_every=args.report_every,
+        save_every=args.save_every or steps, workers=args.workers,
+    )  # fmt: skip
+    config = run / "config.yaml"
+    config.write_text((ONMT if peer == "onmt" else JOEY).format(**fields), encoding="utf-8")
+    bin_dir = Path(python).parent
+    cmd = (
+        [str(bin_dir / "onmt_train"), "-config", str(config)]
+        if peer == "onmt"
+        else [python, "-m", "joeynmt", "train", str(config)]
+    )
+    start = time.perf_counter()
+    log = (run / "train.log").open("w", encoding="utf-8")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=peer_env(args.threads))
+    timeline = []  # (seconds since start, step) at each logged report
+    deadline = start + args.minutes * 60 if args.minutes else None
+    pattern = TOK_S[peer]
+    while proc.poll() is None:
+        time.sleep(0.5)
+        text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
+        reached = [int(m.group(1)) for m in pattern.finditer(text)]
+        if reached and (not timeline or reached[-1] != timeline[-1][1]):
+            timeline.append((round(time.perf_counter() - start, 2), reached[-1]))
+        if peer == "joey" and reached and args.steps and reached[-1] >= args.steps:
+            proc.terminate()  # JoeyNMT counts epochs, not steps
+        if deadline and time.perf_counter() >= deadline:
+            proc.terminate()
+    proc.wait()
+    seconds = time.perf_counter() - start
+    text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
+    rates = [float(m.group(m.lastindex)) for m in pattern.finditer(text)]
+    if not rates:
+        raise SystemExit(
+            f"peers: {peer} logged no training step; the end of {run / 'train.log'}:\n{text[-2000:]}"
+        )
+    (run / "timeline.json").write_text(json.dumps(timeline) + "\n")
+    return {
+        "peer": peer,
+        "case": "train-luong-general-if",
+        "value": statistics.median(rates[1:] or rates) if rates else None,
+        "unit": "tgt_tokens/s (median of the peer's own log windows after the first)",
+        "windows": len(rates),
+        "wall_s": round(seconds, 1),
+        "time_to_first_report_s": timeline[0][0] if timeline else None,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "threads": args.threads,
+        "run": str(run),
+    }
+
+
+def translate(peer: str, python: str, work: Path, model: Path, beam: int, threads: int) -> dict:
+    """Whole-process and decoding-loop sentences/s on test_2016, batch 64, and the BLEU."""
+    src = work / "sp" / "test_2016_flickr.de"
+    out = model.with_suffix(f".beam{beam}.pieces")
+    if peer == "onmt":
+        cmd = [
+            str(Path(python).parent / "onmt_translate"), "-model", str(model), "-src", str(src),
+            "-output", str(out), "-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents",
+            "-max_length", "100", "-report_time", "-gpu", "-1",
+        ]  # fmt: skip
+    else:
+        cfg = out.with_suffix(".yaml")
+        testing = {"load_model": str(model), "beam_size": beam, "beam_alpha": 0.0, "batch_size": 64,
+                   "batch_type": "sentence", "max_output_length": 100}  # fmt: skip
+        raw = yaml.safe_load((model.parent / "config.yaml").read_text())
+        cfg.write_text(yaml.safe_dump(raw | {"testing": testing}))
+        cmd = [python, "-m", "joeynmt", "translate", str(cfg), "-o", str(out)]
+    start = time.perf_counter()
+    with src.open("rb") as stdin:
+        proc = subprocess.run(
+            cmd, stdin=stdin, capture_output=True, text=True, env=peer_env(threads), check=False
+        )
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"peers: {cmd[0]} failed:\n{proc.stderr[-2000:]}")
+    loop = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stderr + proc.stdout)
+    sentences = len(src.read_text(encoding="utf-8").splitlines())
+    hyps = decode_pieces(out)
+    return {
+        "peer": peer,
+        "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64",
+        "loop_sent_per_s": round(sentences / float(loop.group(1)), 1) if loop else None,
+        "process_sent_per_s": round(sentences / seconds, 1),
+        "process_s": round(seconds, 2),
+        "mean_output_tokens": round(
+            statistics.mean(len(line.split()) + 1 for line in out.read_text().splitlines()), 2
+        ),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "bleu": bleu(hyps),
+        "threads": threads,
+    }
+
+
+def decode_pieces(path: Path) -> list[str]:
+    sp, _ = tokenizer()
+    return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def bleu(hyps: list[str]) -> float:
+    import sacrebleu
+    from bench import MULTI30K
+
+    refs = (MULTI30K / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+
+
+def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int) -> dict:
+    """Test BLEU (beam) of every checkpoint the equal-budget run saved, against training time."""
+    run = work / f"{peer}-{tag}"
+    log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
+    timeline = json.loads((run / "timeline.json").read_text())
+    curve = []
+    for ckpt in sorted(run.glob("model_step_*.pt"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1])):
+        step = int(re.findall(r"\d+", ckpt.stem)[-1])
+        seconds = next((t for t, s in timeline if s >= step), None)
+        result = translate(peer, python, work, ckpt, beam, threads)
+        curve.append({"step": step, "seconds": seconds, "bleu": result["bleu"]})
+        print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    return {"peer": peer, "beam": beam, "curve": curve, "log_lines": len(log.splitlines())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["prepare", "train", "translate", "score"])
+    ap.add_argument("peer", nargs="?", choices=["onmt", "joey"])
+    ap.add_argument("--python", help="the peer virtualenv's python")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--minutes", type=float)
+    ap.add_argument("--save-every", type=int)
+    ap.add_argument("--report-every", type=int, default=25)
+    ap.add_argument("--workers", type=int, default=2, help="OpenNMT-py DataLoader workers (its default: 2)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tag", default="bench")
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--beam", type=int, default=5)
+    args = ap.parse_args()
+    work = args.work.resolve()
+    if args.command == "prepare":
+        result = prepare(work)
+    elif args.command == "train":
+        result = train(args.peer, args.python, work, args)
+    elif args.command == "translate":
+        result = translate(args.peer, args.python, work, args.model, args.beam, args.threads)
+    else:
+        result = score(args.peer, args.python, work, args.tag, args.beam, args.threads)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
