@@ -151,11 +151,11 @@ def forward_flops(cfg, batch) -> float:
     positions = batch.tgt_in.numel()  # B x T decoder steps
     att, style = m.attention.type, m.decoder.style
     encoder = int(batch.src_len.sum()) * 2 * 2 * 4 * He * (E + He)
-    bridge = B * 2 * 2 * M * D  # h and c
+    bridge = B * 2 * He * D if m.decoder.bridge == "backward" else B * 2 * 2 * M * D  # h (and c)
     keys = {"general": B * S * 2 * M * D, "bahdanau": B * S * 2 * M * D}.get(att, 0)
     per_step = 2 * S * (D + M)  # scores and context
-    if att == "bahdanau":
-        per_step += 2 * D * D  # the query projection; the tanh and v . are not matrix products
+    if att == "bahdanau":  # additive (dim D): v . tanh(...) in place of the scores product, same size
+        per_step += 2 * D * D  # the query projection
     rnn_in = E + (D if m.decoder.input_feeding else 0) if style == "luong" else E + M
     per_step += 2 * 4 * D * (rnn_in + D)
     if style == "luong":

@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_attention.py"
-SMALL = ["model.embedding=16", "model.encoder.hidden=16", "model.decoder.hidden=32", "tokenizer.vocab_size=120"]
+SMALL = [
+    "model.embedding=16",
+    "model.encoder.hidden=16",
+    "model.decoder.hidden=32",
+    "tokenizer.vocab_size=120",
+]
 SYSTEMS = ["bahdanau", "none", "luong-general-no-if", "multihead"]
 
 
@@ -52,6 +57,4 @@ def test_study_trains_scores_and_reports_every_system(toy_dir, tmp_path):
 def test_study_refuses_an_unknown_system_in_one_line(tmp_path):
     result = study("--systems", "bahdanau,luong-magic", "--report", str(tmp_path / "s.md"))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        result.stderr.strip()
-    ] and "luong-magic" in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "luong-magic" in result.stderr
