@@ -12,6 +12,7 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py train onmt ... --minutes 20 --save-every 250   # the equal-budget run
     python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5
     python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
+    python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
 
 Both peers read the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
 so vocabularies and sequence lengths are equal; their outputs are decoded with the same model and
@@ -60,7 +61,7 @@ dec_layers: 1
 word_vec_size: 256
 enc_hid_size: 512
 dec_hid_size: 512
-global_attention: general
+global_attention: {onmt_attention}
 input_feed: 1
 bridge: true
 dropout: [0.3]
@@ -100,7 +101,7 @@ training:
   batch_size: 64
   batch_type: sentence
   epochs: 1000
-  validation_freq: 1000000
+  validation_freq: {save_every}
   logging_freq: {report_every}
   use_cuda: false
   num_workers: 0
@@ -126,7 +127,7 @@ model:
     num_layers: 1
     input_feeding: true
     init_hidden: bridge
-    attention: luong
+    attention: {joey_attention}
 """
 TOK_S = {  # the target-tokens-per-second figure in each peer's training log
     "onmt": re.compile(r"Step (\d+)/.*?(\d+)/\s*(\d+) tok/s"),
@@ -167,7 +168,12 @@ def prepare(work: Path) -> dict:
 
 
 def peer_env(threads: int) -> dict:
-    return os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    # OpenNMT-py 3.5 checkpoints pickle an argparse.Namespace, which torch >= 2.6 refuses by default
+    return os.environ | {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+    }
 
 
 def train(peer: str, python: str, work: Path, args) -> dict:
@@ -177,6 +183,8 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     fields = dict(
         work=work, run=run, steps=steps, seed=1, report_every=args.report_every,
         save_every=args.save_every or steps, workers=args.workers,
+        onmt_attention="mlp" if args.additive else "general",
+        joey_attention="bahdanau" if args.additive else "luong",
     )  # fmt: skip
     config = run / "config.yaml"
     config.write_text((ONMT if peer == "onmt" else JOEY).format(**fields), encoding="utf-8")
@@ -213,7 +221,7 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     (run / "timeline.json").write_text(json.dumps(timeline) + "\n")
     return {
         "peer": peer,
-        "case": "train-luong-general-if",
+        "case": "train-additive-if (their bahdanau)" if args.additive else "train-luong-general-if",
         "value": statistics.median(rates[1:] or rates) if rates else None,
         "unit": "tgt_tokens/s (median of the peer's own log windows after the first)",
         "windows": len(rates),
@@ -281,6 +289,33 @@ def bleu(hyps: list[str]) -> float:
     return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
 
+def score_nmt(run: Path, beam: int) -> dict:
+    """The same curve for an nmt run (train.keep_best large keeps every validation's step-N.pt)."""
+    from bench import MULTI30K
+
+    from nmt.train.trainer import read_metrics
+
+    seconds = {m["step"]: m["time"] for m in read_metrics(run) if "valid_bleu" in m}
+    curve = []
+    for ckpt in sorted((run / "checkpoints").glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1])):
+        step = int(ckpt.stem.split("-")[1])
+        out = ckpt.with_suffix(f".beam{beam}.txt")
+        nmt = [
+            str(Path(sys.executable).parent / "nmt"),
+            "translate",
+            "--model",
+            str(ckpt),
+            "--beam",
+            str(beam),
+        ]
+        subprocess.run(
+            [*nmt, "--input", str(MULTI30K / "test_2016_flickr.de"), "--output", str(out)], check=True
+        )
+        curve.append({"step": step, "seconds": seconds.get(step), "bleu": bleu(out.read_text().splitlines())})
+        print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    return {"peer": "nmt", "beam": beam, "curve": curve}
+
+
 def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int) -> dict:
     """Test BLEU (beam) of every checkpoint the equal-budget run saved, against training time."""
     run = work / f"{peer}-{tag}"
@@ -299,7 +334,7 @@ def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["prepare", "train", "translate", "score"])
-    ap.add_argument("peer", nargs="?", choices=["onmt", "joey"])
+    ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "nmt"])
     ap.add_argument("--python", help="the peer virtualenv's python")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--steps", type=int)
@@ -309,6 +344,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="OpenNMT-py DataLoader workers (its default: 2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tag", default="bench")
+    ap.add_argument(
+        "--additive",
+        action="store_true",
+        help="the additive score (their 'bahdanau': Luong order, input feeding)",
+    )
     ap.add_argument("--model", type=Path)
     ap.add_argument("--beam", type=int, default=5)
     args = ap.parse_args()
@@ -319,6 +359,8 @@ def main() -> None:
         result = train(args.peer, args.python, work, args)
     elif args.command == "translate":
         result = translate(args.peer, args.python, work, args.model, args.beam, args.threads)
+    elif args.peer == "nmt":
+        result = score_nmt(args.model, args.beam)  # --model: the nmt run directory
     else:
         result = score(args.peer, args.python, work, args.tag, args.beam, args.threads)
     print(json.dumps(result))

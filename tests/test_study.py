@@ -13,7 +13,7 @@ SMALL = [
     "model.decoder.hidden=32",
     "tokenizer.vocab_size=120",
 ]
-SYSTEMS = ["bahdanau", "none", "luong-general-no-if", "multihead"]
+SYSTEMS = ["bahdanau", "none", "additive-luong-order", "luong-concat", "luong-general-no-if", "multihead"]
 
 
 def study(*args: str) -> subprocess.CompletedProcess:
@@ -37,6 +37,8 @@ def test_study_trains_scores_and_reports_every_system(toy_dir, tmp_path):
     assert "1-1 words (n=60)" in report  # toy references are one word: every sentence in bucket 1
     assert "p vs Bahdanau (paper)" in report and "## What the numbers say" in report
     assert "compare_attention.py --config toy-luong.yaml" in report  # the exact command
+    # Luong's concat is the additive score: same weights, same outputs, and the report says so
+    assert "additive, Luong order and Luong concat translate every test sentence identically" in report
     for png in ("curves.png", "bleu-by-length.png", "attention.png"):
         assert (tmp_path / "study" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
