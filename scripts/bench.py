@@ -152,7 +152,7 @@ def forward_flops(cfg, batch) -> float:
     att, style = m.attention.type, m.decoder.style
     encoder = int(batch.src_len.sum()) * 2 * 2 * 4 * He * (E + He)
     bridge = B * 2 * He * D if m.decoder.bridge == "backward" else B * 2 * 2 * M * D  # h (and c)
-    keys = {"general": B * S * 2 * M * D, "bahdanau": B * S * 2 * M * D}.get(att, 0)
+    keys = B * S * 2 * M * D if att in ("general", "bahdanau") else 0  # projected once per batch
     per_step = 2 * S * (D + M)  # scores and context
     if att == "bahdanau":  # additive (dim D): v . tanh(...) in place of the scores product, same size
         per_step += 2 * D * D  # the query projection
@@ -208,16 +208,14 @@ def run_roofline() -> dict:
         "decoder step 64x1280x2048": gemm_gflops(64, 1280, 2048),
         "encoder 1000x512x1024": gemm_gflops(1000, 512, 1024),
     }
+    # every case shares the data settings, so one set of batches serves them all
+    data = prepare(bench_config(*CASES[ROOFLINE_CASES[0]], directory, toy), held_out=())
+    batches = [collate(data.train, b) for b in length_grouped_batches(data.train, 64, seed=1, epoch=0)[:200]]
+    tokens = sum(b.n_tgt_tokens for b in batches)
     cases = {}
-    for name in ("train-luong-general-if", "train-luong-general", "train-bahdanau"):
+    for name in ROOFLINE_CASES:
         cfg = bench_config(*CASES[name], directory, toy)
-        data = prepare(cfg, held_out=())
-        batches = [
-            collate(data.train, b) for b in length_grouped_batches(data.train, 64, seed=1, epoch=0)[:200]
-        ]
-        flops = sum(3 * forward_flops(cfg, b) for b in batches)
-        tokens = sum(b.n_tgt_tokens for b in batches)
-        cases[name] = round(flops / tokens / 1e6, 1)
+        cases[name] = round(sum(3 * forward_flops(cfg, b) for b in batches) / tokens / 1e6, 1)
     return {
         "case": "roofline",
         "mflop_per_tgt_token": cases,  # forward + backward (3x the forward products)

@@ -23,7 +23,7 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 
@@ -175,46 +175,32 @@ def train_run(args, name: str, seed: int) -> Path:
     return run_dir
 
 
-def decode_test(run_dir: Path, sources: list[str], beam: int, device: str) -> dict:
+def decode_test(run_dir: Path, translator, sources: list[str], beam: int) -> dict:
     """Translate the test sources with the run's best checkpoint; cached in the run directory."""
     cache = run_dir / f"test-beam{beam}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    from nmt.decode.translator import load_translator
     from nmt.fileio import atomic_write_text
 
-    translator = load_translator([run_dir], {"beam": beam}, device)
+    translator.cfg = replace(translator.cfg, beam=beam)
     start = time.perf_counter()
-    translations = translator.translate(sources)
-    seconds = time.perf_counter() - start
-    result = {
-        "hyps": [t.text for t in translations],
-        "sent_per_s": len(sources) / seconds,
-        "mean_len": statistics.mean(len(t.tgt_pieces) for t in translations),
-    }
+    hyps = [t.text for t in translator.translate(sources)]
+    result = {"hyps": hyps, "sent_per_s": len(sources) / (time.perf_counter() - start)}
     atomic_write_text(cache, json.dumps(result) + "\n")
     return result
 
 
 def run_facts(run_dir: Path) -> dict:
-    """Parameters, steps, training speed (median logged window) and the validation curve."""
-    from nmt.checkpoint import load_checkpoint
-    from nmt.model.seq2seq import count_parameters
+    """Steps, training time and speed (median logged window but the first) and the curves."""
     from nmt.train.trainer import read_metrics
 
     metrics = read_metrics(run_dir)
-    rates = [m["tgt_tokens_per_s"] for m in metrics if "tgt_tokens_per_s" in m][1:] or [
-        m["tgt_tokens_per_s"] for m in metrics if "tgt_tokens_per_s" in m
-    ]
-    loaded = load_checkpoint(run_dir)
-    valid = [m for m in metrics if "valid_bleu" in m]
+    rates = [m["tgt_tokens_per_s"] for m in metrics if "tgt_tokens_per_s" in m]
+    rates = rates[1:] or rates
     return {
-        "parameters": count_parameters(loaded.model),
-        "best_step": loaded.state["progress"]["step"],
         "steps": max(m["step"] for m in metrics),
         "train_time_s": max(m["time"] for m in metrics),
         "tok_per_s": statistics.median(rates) if rates else float("nan"),
-        "valid_bleu": valid[-1]["valid_bleu"] if valid else float("nan"),
         "metrics": metrics,
     }
 
@@ -233,10 +219,9 @@ def choose_sentence(args, sources: list[str]) -> int:
     return next((i for i, s in enumerate(sources) if 10 <= len(s.split()) <= 14), 0)
 
 
-def heatmap_panel(run_dir: Path, sentence: str, title: str):
-    from nmt.decode.translator import load_translator
-
-    (t,) = load_translator([run_dir], {"beam": 1}).translate([sentence])
+def heatmap_panel(translator, sentence: str, title: str):
+    translator.cfg = replace(translator.cfg, beam=1)
+    (t,) = translator.translate([sentence])
     return (title, t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces)
 
 
@@ -266,7 +251,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from nmt.config import load_config
     from nmt.data.sources import load_split
+    from nmt.decode.translator import load_translator
     from nmt.evaluate.scoring import EvalOptions, evaluate, parse_buckets
+    from nmt.model.seq2seq import count_parameters
 
     base = load_config(args.config, run_overrides(args, args.system_names[0], args.seed_list[0]))
     if (
@@ -280,49 +267,48 @@ def main(argv: list[str]) -> int:
     sources, refs = [s for s, _ in test], [t for _, t in test]
     device = base.train.device
     buckets = auto_buckets(refs) if args.buckets == "auto" else parse_buckets(args.buckets)
+    index = choose_sentence(args, sources)
     started = time.perf_counter()
 
-    results: dict[str, dict] = {}
+    results: dict[str, list[dict]] = {}  # system -> one entry per seed
+    panels = []  # the first seed's attention on the heatmap sentence
     for name in args.system_names:
-        runs = []
+        results[name] = []
         for seed in args.seed_list:
             run_dir = train_run(args, name, seed)
-            greedy = decode_test(run_dir, sources, 1, device)
-            beam = decode_test(run_dir, sources, args.beam, device)
-            runs.append(
-                {"seed": seed, "run_dir": run_dir, "greedy": greedy, "beam": beam, **run_facts(run_dir)}
+            translator = load_translator([run_dir], {}, device)  # one load for every use below
+            greedy = decode_test(run_dir, translator, sources, 1)
+            beam = decode_test(run_dir, translator, sources, args.beam)
+            results[name].append(
+                {
+                    "greedy": greedy,
+                    "beam": beam,
+                    "parameters": count_parameters(translator.model),
+                    **run_facts(run_dir),
+                }
             )
-        results[name] = {"runs": runs}
+            if seed == args.seed_list[0] and name != "none":
+                panels.append(heatmap_panel(translator, sources[index], SYSTEMS[name].label))
 
-    opts = EvalOptions(buckets=buckets, bootstrap=args.bootstrap)
+    beam_report = None  # the first seed's beam outputs: BLEU by length and p-values
     for kind in ("greedy", "beam"):
         for r in range(len(args.seed_list)):
-            systems = {name: results[name]["runs"][r][kind]["hyps"] for name in args.system_names}
-            # p-values and buckets for the first seed; corpus scores for every seed
-            report = evaluate(systems, [refs], opts if r == 0 else EvalOptions(buckets=buckets, bootstrap=0))
+            systems = {name: results[name][r][kind]["hyps"] for name in args.system_names}
+            first_beam = kind == "beam" and r == 0
+            opts = EvalOptions(buckets=buckets, bootstrap=args.bootstrap if first_beam else 0)
+            report = evaluate(systems, [refs], opts)
             for name, system in zip(args.system_names, report.systems, strict=True):
-                results[name]["runs"][r][f"{kind}_scores"] = system.scores
-                if r == 0:
-                    results[name][f"{kind}_report"] = system
-            if r == 0:
-                results.setdefault("_reports", {})[kind] = report
-    reports = results.pop("_reports")
-
-    index = choose_sentence(args, sources)
-    panels = [
-        heatmap_panel(results[n]["runs"][0]["run_dir"], sources[index], SYSTEMS[n].label)
-        for n in args.system_names
-        if n != "none"
-    ]
+                results[name][r][f"{kind}_scores"] = system.scores
+            beam_report = report if first_beam else beam_report
     example = (index, sources[index], refs[index])
-    write_report(args, results, reports, panels, example, time.perf_counter() - started)
+    write_report(args, results, beam_report, panels, example, time.perf_counter() - started)
     return 0
 
 
 # -- the report -------------------------------------------------------------------------------------
 
 
-def write_report(args, results: dict, reports: dict, panels: list, example: tuple, seconds: float) -> None:
+def write_report(args, results: dict, beam_report, panels: list, example: tuple, seconds: float) -> None:
     from nmt.evaluate.plots import attention_heatmaps, bleu_by_length_chart, training_curves
     from nmt.fileio import atomic_write_text
 
@@ -332,36 +318,35 @@ def write_report(args, results: dict, reports: dict, panels: list, example: tupl
     names = args.system_names
     label = {n: SYSTEMS[n].label for n in names}
 
-    training_curves({label[n]: results[n]["runs"][0]["metrics"] for n in names}, figures / "curves.png")
-    beam_report = reports["beam"]
+    training_curves({label[n]: results[n][0]["metrics"] for n in names}, figures / "curves.png")
+    first = dict(zip(names, beam_report.systems, strict=True))
     for system in beam_report.systems:
         system.name = label[system.name]
     bleu_by_length_chart(beam_report, figures / "bleu-by-length.png")
     if panels:
         attention_heatmaps(panels, figures / "attention.png", columns=2)
 
-    facts = {n: results[n]["runs"] for n in names}
     summary = {
         n: {
             "label": label[n],
-            "parameters": facts[n][0]["parameters"],
-            "tok_per_s": statistics.mean(r["tok_per_s"] for r in facts[n]),
-            "greedy_sent_per_s": statistics.mean(r["greedy"]["sent_per_s"] for r in facts[n]),
-            "beam_sent_per_s": statistics.mean(r["beam"]["sent_per_s"] for r in facts[n]),
-            "bleu_greedy": [r["greedy_scores"]["BLEU"] for r in facts[n]],
-            "bleu_beam": [r["beam_scores"]["BLEU"] for r in facts[n]],
-            "chrf_greedy": [r["greedy_scores"]["chrF"] for r in facts[n]],
-            "chrf_beam": [r["beam_scores"]["chrF"] for r in facts[n]],
-            "p_bleu_beam": results[n]["beam_report"].p_values.get("BLEU"),
-            "p_chrf_beam": results[n]["beam_report"].p_values.get("chrF"),
-            "buckets": [(b.label, b.sentences, b.bleu) for b in results[n]["beam_report"].buckets],
-            "train_time_s": statistics.mean(r["train_time_s"] for r in facts[n]),
+            "parameters": results[n][0]["parameters"],
+            "tok_per_s": statistics.mean(r["tok_per_s"] for r in results[n]),
+            "greedy_sent_per_s": statistics.mean(r["greedy"]["sent_per_s"] for r in results[n]),
+            "beam_sent_per_s": statistics.mean(r["beam"]["sent_per_s"] for r in results[n]),
+            "bleu_greedy": [r["greedy_scores"]["BLEU"] for r in results[n]],
+            "bleu_beam": [r["beam_scores"]["BLEU"] for r in results[n]],
+            "chrf_greedy": [r["greedy_scores"]["chrF"] for r in results[n]],
+            "chrf_beam": [r["beam_scores"]["chrF"] for r in results[n]],
+            "p_bleu_beam": first[n].p_values.get("BLEU"),
+            "p_chrf_beam": first[n].p_values.get("chrF"),
+            "buckets": [(b.label, b.sentences, b.bleu) for b in first[n].buckets],
+            "train_time_s": statistics.mean(r["train_time_s"] for r in results[n]),
             "same_outputs_as": [
                 m
                 for m in names[: names.index(n)]
-                if facts[m][0]["beam"]["hyps"] == facts[n][0]["beam"]["hyps"]
+                if results[m][0]["beam"]["hyps"] == results[n][0]["beam"]["hyps"]
             ],
-            "steps": facts[n][0]["steps"],
+            "steps": results[n][0]["steps"],
         }
         for n in names
     }

@@ -22,6 +22,7 @@ scored with sacreBLEU like nmt's. Each command prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -135,6 +136,7 @@ TOK_S = {  # the target-tokens-per-second figure in each peer's training log
 }
 
 
+@functools.cache
 def tokenizer():
     """The bench's joint 8k SentencePiece model (trained by scripts/bench.py on first use)."""
     import sentencepiece as spm
@@ -222,7 +224,7 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     return {
         "peer": peer,
         "case": "train-additive-if (their bahdanau)" if args.additive else "train-luong-general-if",
-        "value": statistics.median(rates[1:] or rates) if rates else None,
+        "value": statistics.median(rates[1:] or rates),
         "unit": "tgt_tokens/s (median of the peer's own log windows after the first)",
         "windows": len(rates),
         "wall_s": round(seconds, 1),
@@ -319,7 +321,6 @@ def score_nmt(run: Path, beam: int) -> dict:
 def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int) -> dict:
     """Test BLEU (beam) of every checkpoint the equal-budget run saved, against training time."""
     run = work / f"{peer}-{tag}"
-    log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
     timeline = json.loads((run / "timeline.json").read_text())
     curve = []
     for ckpt in sorted(run.glob("model_step_*.pt"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1])):
@@ -328,7 +329,7 @@ def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int)
         result = translate(peer, python, work, ckpt, beam, threads)
         curve.append({"step": step, "seconds": seconds, "bleu": result["bleu"]})
         print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
-    return {"peer": peer, "beam": beam, "curve": curve, "log_lines": len(log.splitlines())}
+    return {"peer": peer, "beam": beam, "curve": curve}
 
 
 def main() -> None:
