@@ -389,9 +389,9 @@ def render(args, s: dict, beam_report, example: tuple, command: str, heatmaps: b
         "",
         "## Quality, speed and size",
         "",
-        f"| system | params | train tok/s | BLEU greedy | BLEU beam {args.beam} | chrF beam {args.beam} "
-        f"| p vs {s[base]['label']} | greedy sent/s | beam sent/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| system | params | train tok/s | BLEU greedy | BLEU beam {args.beam} | chrF greedy "
+        f"| chrF beam {args.beam} | p vs {s[base]['label']} | greedy sent/s | beam sent/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in names:
         r = s[n]
@@ -399,7 +399,8 @@ def render(args, s: dict, beam_report, example: tuple, command: str, heatmaps: b
         lines.append(
             f"| {r['label']} | {r['parameters'] / 1e6:.2f}M | {r['tok_per_s']:,.0f} "
             f"| {mean_sd(r['bleu_greedy'])} "
-            f"| **{mean_sd(r['bleu_beam'])}** | {mean_sd(r['chrf_beam'])} | {p} "
+            f"| **{mean_sd(r['bleu_beam'])}** | {mean_sd(r['chrf_greedy'])} "
+            f"| {mean_sd(r['chrf_beam'])} | {p} "
             f"| {r['greedy_sent_per_s']:.0f} | {r['beam_sent_per_s']:.0f} |"
         )
     lines += ["", "What each system is:", ""]
