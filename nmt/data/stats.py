@@ -44,9 +44,10 @@ def data_stats(cfg: Config, plot: Path | None = None) -> str:
     t = cfg.train
     for size, kind in ((t.batch_size, t.batch_type), (4096, "tokens")):
         batches = length_grouped_batches(data.train, size, t.seed, 0, kind)
+        src_real, tgt_real = padding_efficiency(data.train, batches)
         lines.append(
-            f"\npadding efficiency, batches of {size} {kind}: "
-            f"{100 * padding_efficiency(data.train, batches):.1f}% real tokens ({len(batches)} batches)"
+            f"\npadding efficiency, batches of {size} {kind}: real tokens {100 * src_real:.1f}% of "
+            f"the source, {100 * tgt_real:.1f}% of the target ({len(batches)} batches)"
         )
     if plot:
         _histogram(data.train, plot)
