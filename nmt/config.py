@@ -94,6 +94,8 @@ class ModelConfig:
     embedding: int = 256
     dropout: float = 0.3  # on embeddings and on the attentional/output vector
     tie_embeddings: bool = False  # target embedding = output projection (needs equal sizes)
+    init: Literal["uniform", "xavier", "torch"] = "uniform"  # nmt/model/init.py
+    init_scale: float = 0.1  # uniform: U(-init_scale, init_scale), as Luong et al. 2015
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)

@@ -8,7 +8,8 @@
 The "bench model": embeddings 256, 1-layer BiLSTM encoder with 256 units per direction, 1-layer
 LSTM decoder with 512 units, a joint 8k SentencePiece vocabulary, batches of 64 sentences, Adam,
 dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy task. Every case
-trains on the same seeded batches; the first `--warmup` steps are not timed. Decoding cases
+trains on the same seeded batches; the first `--warmup` steps are not timed, and the first of
+them is the epoch's largest batch, so that peak memory is the epoch's peak. Decoding cases
 translate the test split with a checkpoint of the bench shape (Luong general with input feeding)
 trained for BENCH_MODEL_STEPS steps once and cached in .bench-cache/, unless --model is given.
 """
@@ -96,31 +97,35 @@ def data_dir() -> tuple[Path, bool]:
 def run_case(name: str, steps: int, warmup: int) -> dict:
     start = time.perf_counter()
     import torch
-    import torch.nn.functional as F
 
     from nmt.data.batching import collate, length_grouped_batches
     from nmt.data.prepare import prepare
-    from nmt.data.tokenizer import PAD
     from nmt.model.seq2seq import Seq2Seq, count_parameters
+    from nmt.train.loss import TokenLoss, batch_loss
 
     style, attention, feeding = CASES[name]
     directory, toy = data_dir()
     cfg = bench_config(style, attention, feeding, directory, toy)
     data = prepare(cfg, held_out=())  # the joint 8k tokenizer and encoded data, cached between runs
     tok, examples = data.tokenizers, data.train
-    batches = length_grouped_batches(examples, 64, seed=1, epoch=0)[: warmup + steps]
+    epoch = length_grouped_batches(examples, 64, seed=1, epoch=0)
+    # The epoch's largest batch (most padded target positions) goes first, untimed, so that the
+    # peak memory is the epoch's peak and not that of whichever batches the sample holds.
+    largest = max(epoch, key=lambda b: len(b) * int(examples.tgt.lengths[b].max()))
+    warmup = max(warmup, 1)
+    batches = [largest] + [b for b in epoch if b is not largest][: warmup - 1 + steps]
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    objective, generator = TokenLoss(model, cfg.train), torch.Generator()  # the trainer's loss
     tokens, first_step = 0, None
     for i, indices in enumerate(batches):
         if i == warmup:
             t0, tokens = time.perf_counter(), 0
         batch = collate(examples, indices)
-        logits, _ = model(batch.src, batch.src_len, batch.tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
+        sums = batch_loss(objective, batch, i, generator)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (sums.objective / sums.tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
         tokens += batch.n_tgt_tokens

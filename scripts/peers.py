@@ -13,6 +13,7 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5
     python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
     python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
+    python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
 
 Both peers read the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
 so vocabularies and sequence lengths are equal; their outputs are decoded with the same model and
@@ -27,6 +28,7 @@ import json
 import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -198,7 +200,11 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     )
     start = time.perf_counter()
     log = (run / "train.log").open("w", encoding="utf-8")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=peer_env(args.threads))
+    # A session of its own, so that stopping it also stops OpenNMT-py's DataLoader workers.
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=peer_env(args.threads), start_new_session=True
+    )
+    stop = functools.partial(os.killpg, proc.pid, signal.SIGTERM)
     timeline = []  # (seconds since start, step) at each logged report
     deadline = start + args.minutes * 60 if args.minutes else None
     pattern = TOK_S[peer]
@@ -209,9 +215,9 @@ def train(peer: str, python: str, work: Path, args) -> dict:
         if reached and (not timeline or reached[-1] != timeline[-1][1]):
             timeline.append((round(time.perf_counter() - start, 2), reached[-1]))
         if peer == "joey" and reached and args.steps and reached[-1] >= args.steps:
-            proc.terminate()  # JoeyNMT counts epochs, not steps
+            stop()  # JoeyNMT counts epochs, not steps
         if deadline and time.perf_counter() >= deadline:
-            proc.terminate()
+            stop()
     proc.wait()
     seconds = time.perf_counter() - start
     text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
@@ -332,12 +338,31 @@ def score(peer: str, python: str, work: Path, tag: str, beam: int, threads: int)
     return {"peer": peer, "beam": beam, "curve": curve}
 
 
+def plot(curves: list[Path], labels: list[str], out: Path) -> dict:
+    """Test BLEU against training time, one line per `score` result (issue 8's equal budget)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for path, label in zip(curves, labels or [p.stem for p in curves], strict=True):
+        points = [(c["seconds"] / 60, c["bleu"]) for c in json.loads(path.read_text())["curve"]]
+        ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+    ax.set(xlabel="training time (minutes)", ylabel="test_2016 BLEU (beam 5)", ylim=(0, None))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return {"plot": str(out)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["prepare", "train", "translate", "score"])
+    ap.add_argument("command", choices=["prepare", "train", "translate", "score", "plot"])
     ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "nmt"])
     ap.add_argument("--python", help="the peer virtualenv's python")
-    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=Path("../peers/work"))
     ap.add_argument("--steps", type=int)
     ap.add_argument("--minutes", type=float)
     ap.add_argument("--save-every", type=int)
@@ -352,9 +377,14 @@ def main() -> None:
     )
     ap.add_argument("--model", type=Path)
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--curves", type=Path, nargs="*", help="plot: `score` results (JSON files)")
+    ap.add_argument("--labels", nargs="*", help="plot: one legend label per curve")
+    ap.add_argument("--out", type=Path, help="plot: the PNG to write")
     args = ap.parse_args()
     work = args.work.resolve()
-    if args.command == "prepare":
+    if args.command == "plot":
+        result = plot(args.curves, args.labels, args.out)
+    elif args.command == "prepare":
         result = prepare(work)
     elif args.command == "train":
         result = train(args.peer, args.python, work, args)

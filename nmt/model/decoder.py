@@ -124,17 +124,23 @@ class Decoder(nn.Module):
         pre_output, state, weights = self.recur(y_prev[:, None], state, mem, t)
         return self.output(pre_output.squeeze(1)), state, weights.squeeze(1)
 
-    def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
-        """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
+    def features(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
+        """Teacher forcing over the whole target (B, T) -> pre-output vectors (B, T, P) and
+        weights (B, T, S): everything but the output layer, which the training loss fuses."""
         if self.parallel:
             pre_output, _, weights = self.recur(tgt_in, state, mem, 0)  # one LSTM call for all steps
-            return self.output(pre_output), weights
+            return pre_output, weights
         pre_outputs, weights = [], []
         for t in range(tgt_in.size(1)):
             pre_output, state, step_weights = self.recur(tgt_in[:, t : t + 1], state, mem, t)
             pre_outputs.append(pre_output)
             weights.append(step_weights)
-        return self.output(torch.cat(pre_outputs, 1)), torch.cat(weights, 1)
+        return torch.cat(pre_outputs, 1), torch.cat(weights, 1)
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
+        """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
+        pre_output, weights = self.features(tgt_in, state, mem)
+        return self.output(pre_output), weights
 
 
 class LuongDecoder(Decoder, name="luong"):

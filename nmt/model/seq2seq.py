@@ -10,6 +10,7 @@ from nmt.data.tokenizer import PAD
 from nmt.model.bridge import build_bridge
 from nmt.model.decoder import DecoderState, Memory, build_decoder
 from nmt.model.encoder import Encoder
+from nmt.model.init import initialise
 
 
 class Seq2Seq(nn.Module):
@@ -24,12 +25,19 @@ class Seq2Seq(nn.Module):
         self.decoder = build_decoder(tgt_vocab, memory_dim, cfg)
         if cfg.tie_embeddings:
             self.decoder.output_layer.weight = self.decoder.embed.weight
+        initialise(self, cfg.init, cfg.init_scale)
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
         memory, (h, c) = self.encoder(src, src_len)
         mask = src != PAD  # (B, S) True on real positions
         keys = self.decoder.attention.prepare(memory, mask)
         return Memory(memory, mask, keys), self.decoder.init_state(*self.bridge(h, c))
+
+    def features(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced pre-output vectors (B, T, P) and weights (B, T, S): the logits without
+        the output layer, for a loss that applies it only where the target is real."""
+        mem, state = self.encode(src, src_len)
+        return self.decoder.features(tgt_in, state, mem)
 
     def forward(
         self,

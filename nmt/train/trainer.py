@@ -26,7 +26,7 @@ from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.device import Precision, resolve_device
-from nmt.train.loss import batch_loss
+from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.schedule import build_optimizer, build_schedule
 
 # Keys that may change when a run is resumed: budgets and reporting, nothing that alters the maths.
@@ -103,7 +103,8 @@ class Trainer:
         self.progress = Progress()
         if checkpoint:
             self._restore(checkpoint)
-        self.ddp_model = distributed.wrap(self.model, self.device)
+        self.objective = TokenLoss(self.model, cfg.train)
+        self.ddp_objective = distributed.wrap(self.objective, self.device)
         self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
         dropped = describe_dropped(data.dropped)
         self.log(
@@ -183,8 +184,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         nll, tokens = 0.0, 0
         for i, batch in enumerate(batches):
-            with self.precision.autocast(), distributed.no_sync_unless(self.ddp_model, i == len(batches) - 1):
-                sums = batch_loss(self.ddp_model, batch, self.cfg.train, self.progress.step, self.generator)
+            last = i == len(batches) - 1
+            with self.precision.autocast(), distributed.no_sync_unless(self.ddp_objective, last):
+                sums = batch_loss(self.ddp_objective, batch, self.progress.step, self.generator)
             if not math.isfinite(sums.nll) and not self.precision.scaler.is_enabled():
                 raise NMTError(
                     f"training diverged: non-finite loss at step {self.progress.step + 1}; "
@@ -314,7 +316,7 @@ class Trainer:
                 self.device
             )
             with self.precision.autocast():
-                sums = batch_loss(self.model, batch, self.cfg.train, self.progress.step, self.generator)
+                sums = batch_loss(self.objective, batch, self.progress.step, self.generator)
             nll, tokens = nll + sums.nll, tokens + sums.tokens
         data = self.cfg.data  # the same settings as `nmt translate` with this checkpoint
         translator = Translator(

@@ -11,6 +11,7 @@ from nmt.data.tokenizer import BOS, EOS, PAD
 from nmt.model.attention import Attention
 from nmt.model.bridge import Bridge, build_bridge
 from nmt.model.decoder import Decoder
+from nmt.model.init import INITIALISERS
 from nmt.model.seq2seq import Seq2Seq
 
 V = 24
@@ -44,6 +45,24 @@ def test_registries_match_config_choices():
     hints = typing.get_type_hints(DecoderConfig)
     assert set(Decoder.registry) == set(typing.get_args(hints["style"]))
     assert set(Bridge.registry) == set(typing.get_args(hints["bridge"]))
+    assert set(INITIALISERS) == set(typing.get_args(typing.get_type_hints(ModelConfig)["init"]))
+
+
+@pytest.mark.parametrize("scheme", sorted(INITIALISERS))
+def test_initialisation_schemes(scheme):
+    cfg = model_config()
+    cfg.init, cfg.init_scale = scheme, 0.05
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg, V, V)
+    embed = model.decoder.embed.weight
+    assert embed[PAD].abs().sum() == 0  # padding stays the zero vector
+    largest = max(float(p.detach().abs().max()) for p in model.parameters())
+    if scheme == "uniform":
+        assert 0.045 < largest <= 0.05
+    elif scheme == "xavier":
+        assert all(p.abs().sum() == 0 for p in model.parameters() if p.dim() == 1)
+    else:  # PyTorch's N(0, 1) embeddings
+        assert 0.8 < float(embed[4:].detach().std()) < 1.2
 
 
 def test_encoder_result_does_not_depend_on_padding_or_batch():
@@ -119,7 +138,9 @@ def test_bahdanau_decoder_attends_with_the_previous_state():
     other = tgt_in.clone()
     other[:, 2] = (other[:, 2] + 1 - 4) % (V - 4) + 4
     for style, same in (("bahdanau", True), ("luong", False)):
-        model = Seq2Seq(model_config(style, "bahdanau"), V, V).eval()
+        cfg = model_config(style, "bahdanau")
+        cfg.init = "torch"  # weights large enough that one token moves the attention visibly
+        model = Seq2Seq(cfg, V, V).eval()
         _, w1 = model(src, src_len, tgt_in)
         _, w2 = model(src, src_len, other)
         assert torch.equal(w1[:, :2], w2[:, :2])
@@ -165,7 +186,7 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(style, attention, feeding):
     tgt = torch.cat([src[:, :4].flip(1), torch.full((8, 1), EOS)], 1)  # reverse the words
     tgt_in = torch.cat([torch.full((8, 1), BOS), tgt[:, :-1]], 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for _ in range(150):
+    for _ in range(300):
         logits, _ = model(src, torch.full((8,), 5), tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
         opt.zero_grad()
