@@ -358,8 +358,11 @@ def write_report(args, results: dict, beam_report, panels: list, example: tuple,
 
 
 def render(args, s: dict, beam_report, example: tuple, command: str, heatmaps: bool) -> str:
+    from nmt.config import load_config
+
     index, sentence, reference = example
     names = list(s)
+    init = load_config(args.config, run_overrides(args, names[0], args.seed_list[0])).model.init
     base = BASELINE if BASELINE in s else names[0]
     seeds = len(args.seed_list)
     fig_dir = Path(args.report).stem
@@ -381,8 +384,9 @@ def render(args, s: dict, beam_report, example: tuple, command: str, heatmaps: b
             if seeds > 1
             else "(one seed: differences below about 1 BLEU are noise; see p)."
         ),
-        f"- Model shared by all: the base config's sizes; the checkpoint with the best validation BLEU "
-        f"(greedy) is tested. Beam {args.beam} uses the config's length penalty.",
+        f"- Model shared by all: the base config's sizes, initialisation `model.init: {init}`; the "
+        f"checkpoint with the best validation BLEU (greedy) is tested. Beam {args.beam} uses the "
+        "config's length penalty.",
         f"- Machine: {machine()}.",
         f"- p: paired bootstrap ({args.bootstrap} resamples) of beam-{args.beam} BLEU against "
         f"{s[base]['label']}; below 0.05 the difference is unlikely to be chance.",

@@ -231,6 +231,13 @@ def train(peer: str, python: str, work: Path, args) -> dict:
         "peer": peer,
         "case": "train-additive-if (their bahdanau)" if args.additive else "train-luong-general-if",
         "value": statistics.median(rates[1:] or rates),
+        # Sentences/s from our own clock (each log line seen within 0.5 s), after the first report:
+        # unlike tokens, every toolkit counts sentences alike (64 per step).
+        "sentences_per_s": (
+            round(64 * (timeline[-1][1] - timeline[1][1]) / (timeline[-1][0] - timeline[1][0]), 1)
+            if len(timeline) > 2
+            else None
+        ),
         "unit": "tgt_tokens/s (median of the peer's own log windows after the first)",
         "windows": len(rates),
         "wall_s": round(seconds, 1),

@@ -37,6 +37,7 @@ def test_study_trains_scores_and_reports_every_system(toy_dir, tmp_path):
     assert "1-1 words (n=60)" in report  # toy references are one word: every sentence in bucket 1
     assert "p vs Bahdanau (paper)" in report and "## What the numbers say" in report
     assert "compare_attention.py --config toy-luong.yaml" in report  # the exact command
+    assert "initialisation `model.init: uniform`" in report  # the default, stated
     # Luong's concat is the additive score: same weights, same outputs, and the report says so
     assert "additive, Luong order and Luong concat translate every test sentence identically" in report
     for png in ("curves.png", "bleu-by-length.png", "attention.png"):
