@@ -75,12 +75,12 @@ def length_grouped_batches(
 ) -> list[list[int]]:
     """Index lists of similar-length sentences, in a seeded random order that differs by epoch.
 
-    Sentences are shuffled, cut into pools of ~POOL_BATCHES batches, sorted by target length (then source
-    length) inside each pool, and cut into batches of `batch_size` sentences, or of at most
-    `batch_size` padded tokens (source with EOS plus target with EOS; a single longer pair still
-    gets a batch of its own); then the batches are shuffled. Target first, because the decoder
-    pays for every padded target position step by step, while the packed encoder skips source
-    padding: on Multi30k (64 sentences) this pads 1% of target positions instead of 22%.
+    Sentences are shuffled, cut into pools of ~POOL_BATCHES batches, sorted by target length
+    (then source length) inside each pool, and cut into batches of `batch_size` sentences, or of
+    at most `batch_size` padded tokens (source with EOS plus target with EOS; a single longer pair
+    still gets a batch of its own); then the batches are shuffled. Target first, because the
+    decoder pays for every padded target position step by step, while the packed encoder skips
+    source padding: on Multi30k (64 sentences) this pads 1% of target positions instead of 22%.
     """
     rng = random.Random(seed * 100_003 + epoch)
     src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
