@@ -20,6 +20,9 @@ class Members:
     def select(self, index: Tensor) -> Members:
         return Members([item.select(index) for item in self.items])
 
+    def share(self, beams: int) -> Members:
+        return Members([item.share(beams) for item in self.items])
+
 
 class Ensemble:
     def __init__(self, models: list[Seq2Seq]):

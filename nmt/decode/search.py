@@ -5,7 +5,8 @@ takes the best 2K candidates so that hypotheses ending in EOS leave the live bea
 shrinking it; every piece of decoder state follows the back-pointers (`DecoderState.select`).
 
 `model` is anything with `encode(src, src_len) -> (memory, state)` and
-`decoder.step(y, state, memory, t) -> (logits, state, weights)`: a Seq2Seq or an Ensemble.
+`decoder.step(y, state, memory, t) -> (logits, state, weights)`: a Seq2Seq or an Ensemble. The
+memory keeps one row per sentence: `select` keeps sentences, `share(K)` lets K beams read it.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def beam_search(
     K = max(cfg.beam, nbest)
     mem, state = model.encode(src, src_len)
     expand = torch.arange(src.size(0), device=device).repeat_interleave(K)
-    mem, state = mem.select(expand), state.select(expand)
+    mem, state = mem.share(K), state.select(expand)  # K state rows per sentence, one memory
     alive = list(range(src.size(0)))  # the sentences still searched, in the order of their rows
     scores = torch.full((len(alive), K), NEG_INF, dtype=torch.float64, device=device)
     scores[:, 0] = 0.0  # all beams start identical: only the first may spread
@@ -204,7 +205,7 @@ def beam_search(
             block_rows = (blocks[:, None] * K + torch.arange(K, device=device)).flatten()
             keep_rows, y = keep_rows[block_rows], y[block_rows]
             history, attention, scores = history[block_rows], attention[block_rows], scores[blocks]
-            mem = mem.select(block_rows)
+            mem = mem.select(blocks)
             alive = [alive[i] for i in still]
         state = state.select(keep_rows)
 

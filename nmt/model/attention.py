@@ -41,6 +41,9 @@ class Attention(nn.Module):
     """Base class: score every source position, masked softmax, weighted sum of the memory."""
 
     registry: ClassVar[dict[str, type[Attention]]] = {}
+    # Whether a query's weights ignore its position among the queries, so that the K beams of a
+    # sentence can attend as K query positions over one copy of its memory.
+    position_free: ClassVar[bool] = True
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -178,6 +181,8 @@ class LocalAttention(GeneralAttention):
 
 class LocalMonotonicAttention(LocalAttention, name="local_m"):
     """local-m: p_t = t (clamped to the last real position), a_t = align(h_t, h_s) in the window."""
+
+    position_free = False
 
     def centre(self, query, src_len, step):
         t = torch.arange(step, step + query.size(1), device=query.device, dtype=torch.float32)

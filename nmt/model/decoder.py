@@ -34,9 +34,15 @@ class Memory:
     memory: Tensor  # (B, S, M) annotations
     mask: Tensor  # (B, S) True on real source positions
     keys: Tensor  # (B, S, ...) attention.prepare(memory, mask)
+    beams: int = 1  # decoder rows per sentence: beam search's K rows share one memory
 
     def select(self, index: Tensor) -> Memory:
-        return Memory(self.memory[index], self.mask[index], self.keys[index])
+        """Keep (or reorder) the sentences in `index`."""
+        return Memory(self.memory[index], self.mask[index], self.keys[index], self.beams)
+
+    def share(self, beams: int) -> Memory:
+        """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
+        return Memory(self.memory, self.mask, self.keys, beams)
 
 
 @dataclass
@@ -100,6 +106,22 @@ class Decoder(nn.Module):
 
     def init_state(self, h0: Tensor, c0: Tensor) -> DecoderState:
         return DecoderState(h0, c0)
+
+    def attend(self, query: Tensor, mem: Memory, t: int) -> tuple[Tensor, Tensor]:
+        """query (R, k, d) -> context (R, k, M), weights (R, k, S), where R = B * mem.beams.
+
+        Under beam search a sentence's K beams attend as K query positions over its one memory,
+        so neither the memory nor its keys are copied K times (docs/performance.md §8).
+        """
+        if mem.beams == 1:
+            return self.attention(query, mem.keys, mem.memory, mem.mask, step=t)
+        R, k = query.shape[:2]
+        if not self.attention.position_free:  # local-m places its window by query position
+            rows = torch.arange(R // mem.beams, device=query.device).repeat_interleave(mem.beams)
+            return self.attend(query, Memory(mem.memory[rows], mem.mask[rows], mem.keys[rows]), t)
+        grouped = query.reshape(R // mem.beams, mem.beams * k, -1)
+        context, weights = self.attention(grouped, mem.keys, mem.memory, mem.mask, step=t)
+        return context.reshape(R, k, -1), weights.reshape(R, k, -1)
 
     parallel = False  # True when the recurrence does not read the attention (whole-target path)
 
@@ -165,7 +187,7 @@ class LuongDecoder(Decoder, name="luong"):
             assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
             x = torch.cat([x, state.feed[:, None]], dim=-1)
         h, (h_n, c_n) = self.run_rnn(x, state)  # (B, k, D): the RNN step comes first
-        context, weights = self.attention(h, mem.keys, mem.memory, mem.mask, step=t)  # attend with h_t
+        context, weights = self.attend(h, mem, t)  # attend with h_t
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
         feed = h_tilde[:, -1] if self.input_feeding else None
         return h_tilde, DecoderState(h_n, c_n, feed), weights
@@ -188,7 +210,7 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
         assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
         y = self.dropout(self.embed(y_prev))  # (B, 1, E)
         s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
-        context, weights = self.attention(s_prev[:, None], mem.keys, mem.memory, mem.mask, step=t)
+        context, weights = self.attend(s_prev[:, None], mem, t)
         s, (h_n, c_n) = self.run_rnn(torch.cat([y, context], dim=-1), state)
         t_out = self.W_o(torch.cat([s, context, y], dim=-1))  # (B, 1, P or 2P)
         if self.maxout:  # App. A.2.2: t_i = max(t~_{i,2j-1}, t~_{i,2j})

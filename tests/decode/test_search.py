@@ -10,6 +10,7 @@ from nmt.config import DecodeConfig, config_from_dict
 from nmt.data.tokenizer import BOS, EOS, PAD, UNK
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import beam_search, coverage_penalty, greedy_search, length_penalty
+from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
 
 V = 20
@@ -20,14 +21,14 @@ STYLES = {
 }
 
 
-def make_model(decoder: dict, seed: int = 0, dtype=torch.float32) -> Seq2Seq:
+def make_model(decoder: dict, seed: int = 0, dtype=torch.float32, attention: str = "bahdanau") -> Seq2Seq:
     raw = {
         "data": {"src_lang": "a", "tgt_lang": "b"},
         "model": {
             "embedding": 16,
             "encoder": {"hidden": 16},
             "decoder": {"hidden": 32, **decoder},
-            "attention": {"type": "bahdanau"},
+            "attention": {"type": attention, "window": 1},  # a window narrower than the sources
         },
     }
     torch.manual_seed(seed)
@@ -124,6 +125,23 @@ def test_scores_are_the_models_log_probabilities(style, penalty):
     assert ended > 0  # the test covers hypotheses that stopped on EOS
 
 
+@pytest.mark.parametrize("attention", sorted(Attention.registry))
+def test_beams_sharing_one_memory_score_like_teacher_forcing(attention):
+    # The K beams of a sentence read one copy of its memory (as K query positions, or repeated
+    # for local-m); every hypothesis must still score and attend as the model does alone.
+    model = make_model({"style": "luong", "input_feeding": True}, dtype=torch.float64, attention=attention)
+    src, src_len, max_lens = sources()
+    for i, hyps in enumerate(beam_search(model, src, src_len, max_lens, PENALTIES["gnmt"], nbest=3)):
+        n = int(src_len[i])
+        one_src, one_len = src[i : i + 1, :n], src_len[i : i + 1]
+        for h in hyps:
+            assert h.log_prob == pytest.approx(
+                teacher_forced_log_prob(model, one_src, one_len, h.tokens), abs=1e-6
+            )
+            expected = teacher_forced_attention(model, one_src, one_len, h.tokens).float()
+            torch.testing.assert_close(h.attention[:, :n], expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_min_len_no_repeat_and_no_unk_are_respected(search):
     model = make_model(STYLES["luong"])
@@ -185,6 +203,9 @@ class FakeState:
 
 class FakeMemory:
     def select(self, index):
+        return self
+
+    def share(self, beams):
         return self
 
 
