@@ -118,7 +118,7 @@ class Decoder(nn.Module):
         R, k = query.shape[:2]
         if not self.attention.position_free:  # local-m places its window by query position
             rows = torch.arange(R // mem.beams, device=query.device).repeat_interleave(mem.beams)
-            return self.attend(query, Memory(mem.memory[rows], mem.mask[rows], mem.keys[rows]), t)
+            return self.attention(query, mem.keys[rows], mem.memory[rows], mem.mask[rows], step=t)
         grouped = query.reshape(R // mem.beams, mem.beams * k, -1)
         context, weights = self.attention(grouped, mem.keys, mem.memory, mem.mask, step=t)
         return context.reshape(R, k, -1), weights.reshape(R, k, -1)
