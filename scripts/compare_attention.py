@@ -301,14 +301,16 @@ def main(argv: list[str]) -> int:
                 results[name][r][f"{kind}_scores"] = system.scores
             beam_report = report if first_beam else beam_report
     example = (index, sources[index], refs[index])
-    write_report(args, results, beam_report, panels, example, time.perf_counter() - started)
+    write_report(args, results, beam_report, panels, example, base.model.init, time.perf_counter() - started)
     return 0
 
 
 # -- the report -------------------------------------------------------------------------------------
 
 
-def write_report(args, results: dict, beam_report, panels: list, example: tuple, seconds: float) -> None:
+def write_report(
+    args, results: dict, beam_report, panels: list, example: tuple, init: str, seconds: float
+) -> None:
     from nmt.evaluate.plots import attention_heatmaps, bleu_by_length_chart, training_curves
     from nmt.fileio import atomic_write_text
 
@@ -351,18 +353,15 @@ def write_report(args, results: dict, beam_report, panels: list, example: tuple,
         for n in names
     }
     command = "python scripts/compare_attention.py " + shlex.join(sys.argv[1:])
-    text = render(args, summary, beam_report, example, command, bool(panels))
+    text = render(args, summary, beam_report, example, init, command, bool(panels))
     atomic_write_text(report_path, text)
     atomic_write_text(figures / "results.json", json.dumps(summary, indent=1) + "\n")
     print(f"[study] wrote {report_path} and {figures}/ in {seconds / 60:.1f} min", file=sys.stderr)
 
 
-def render(args, s: dict, beam_report, example: tuple, command: str, heatmaps: bool) -> str:
-    from nmt.config import load_config
-
+def render(args, s: dict, beam_report, example: tuple, init: str, command: str, heatmaps: bool) -> str:
     index, sentence, reference = example
     names = list(s)
-    init = load_config(args.config, run_overrides(args, names[0], args.seed_list[0])).model.init
     base = BASELINE if BASELINE in s else names[0]
     seeds = len(args.seed_list)
     fig_dir = Path(args.report).stem
