@@ -17,9 +17,9 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write
 from nmt.model.seq2seq import Seq2Seq
+from nmt.rundir import BEST, CHECKPOINTS, LAST
 
 FORMAT_VERSION = 1
-BEST, LAST = "best.pt", "last.pt"
 
 
 @dataclass
@@ -48,9 +48,9 @@ def resolve_checkpoint(path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         for name in (BEST, LAST):
-            if (path / "checkpoints" / name).is_file():
-                return path / "checkpoints" / name
-        raise NMTError(f"{path}: run directory has no checkpoints/{BEST} or checkpoints/{LAST}")
+            if (path / CHECKPOINTS / name).is_file():
+                return path / CHECKPOINTS / name
+        raise NMTError(f"{path}: run directory has no {CHECKPOINTS}/{BEST} or {CHECKPOINTS}/{LAST}")
     if not path.is_file():
         raise NMTError(f"{path}: checkpoint not found")
     return path
@@ -73,12 +73,18 @@ def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
     return state
 
 
+def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The model's weights, without the duplicate `decoder.W_s.*` entries that checkpoints of
+    nmt 0.1 stored beside `decoder.output_layer.*` (the same tensors under a second name)."""
+    return {k: v for k, v in state["model"].items() if not k.startswith("decoder.W_s.")}
+
+
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers."""
     state = read_checkpoint(path, device)
     cfg = config_from_dict(state["config"], source=str(path))
     tok = TokenizerPair.from_state(state["tokenizers"])
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
-    model.load_state_dict(state["model"])
+    model.load_state_dict(model_weights(state))
     model.to(device).eval()
     return LoadedModel(cfg, model, tok, state)

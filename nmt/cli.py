@@ -254,8 +254,8 @@ def plot_curves(
     out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")] = Path("curves.png"),
 ) -> None:
     """Loss, perplexity and BLEU vs step and wall time (nmt plot curves runs/a runs/b -o c.png)."""
-    from nmt.evaluate.plots import training_curves
-    from nmt.train.trainer import read_metrics
+    from nmt.plots import training_curves
+    from nmt.rundir import read_metrics
 
     training_curves({str(run): read_metrics(run) for run in runs}, out)
     typer.echo(f"wrote {out}")

@@ -281,9 +281,6 @@ def validate(cfg: Config, source: str) -> None:
         ("train.valid_every", cfg.train.valid_every),
         ("train.update_every", cfg.train.update_every),
         ("train.keep_best", cfg.train.keep_best),
-        ("decode.beam", cfg.decode.beam),
-        ("decode.batch_size", cfg.decode.batch_size),
-        ("decode.max_len", cfg.decode.max_len),
     ]:
         if value < 1:
             fail(key, f"must be at least 1, got {value}")
@@ -298,8 +295,7 @@ def validate(cfg: Config, source: str) -> None:
         fail("train.teacher_forcing_final", "must be in [0, 1]")
     if not 0 < t.decay_factor <= 1:
         fail("train.decay_factor", "must be in (0, 1]")
-    if cfg.decode.alpha < 0 or cfg.decode.coverage < 0:
-        fail("decode.alpha", "alpha and coverage must not be negative")
+    validate_decode(cfg.decode, source)
     if cfg.tokenizer.vocab_size < 8:
         fail("tokenizer.vocab_size", "must be at least 8")
     memory = 2 * enc.hidden
@@ -332,3 +328,21 @@ def validate(cfg: Config, source: str) -> None:
         fail("data.max_ratio", "must be at least 1")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
+
+
+def validate_decode(d: DecodeConfig, source: str) -> None:
+    """The checks of the `decode` section, also applied to settings given per command or call."""
+    for key in ("beam", "batch_size", "max_len"):
+        if getattr(d, key) < 1:
+            raise NMTError(f"{source}: decode.{key}: must be at least 1, got {getattr(d, key)}")
+    for key in ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio"):
+        if getattr(d, key) < 0:
+            raise NMTError(f"{source}: decode.{key}: must not be negative, got {getattr(d, key)}")
+
+
+def decode_settings(base: DecodeConfig, overrides: dict[str, Any], source: str) -> DecodeConfig:
+    """`base` with the `overrides` that are not None, type-checked and validated like a config."""
+    raw = dataclasses.asdict(base) | {k: v for k, v in overrides.items() if v is not None}
+    settings = _build(DecodeConfig, raw, source, "decode.")
+    validate_decode(settings, source)
+    return settings

@@ -247,7 +247,8 @@ def bench_model() -> Path:
         return path
     import shutil
 
-    from nmt.train.trainer import Trainer, prepare_run_dir
+    from nmt.rundir import prepare_run_dir
+    from nmt.train.trainer import Trainer
 
     directory, toy = data_dir()
     cfg = bench_config("luong", "general", True, directory, toy)

@@ -23,7 +23,7 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -160,7 +160,7 @@ def run_overrides(args, name: str, seed: int) -> list[str]:
 
 def train_run(args, name: str, seed: int) -> Path:
     """Train one system (or reuse its finished run) and return the run directory."""
-    from nmt.checkpoint import LAST
+    from nmt.rundir import LAST
     from nmt.train.trainer import train
 
     run_dir = Path(args.out) / f"{name}-seed{seed}-{budget_tag(args)}"
@@ -182,9 +182,8 @@ def decode_test(run_dir: Path, translator, sources: list[str], beam: int) -> dic
         return json.loads(cache.read_text())
     from nmt.fileio import atomic_write_text
 
-    translator.cfg = replace(translator.cfg, beam=beam)
     start = time.perf_counter()
-    hyps = [t.text for t in translator.translate(sources)]
+    hyps = [t.text for t in translator.configured(beam=beam).translate(sources)]
     result = {"hyps": hyps, "sent_per_s": len(sources) / (time.perf_counter() - start)}
     atomic_write_text(cache, json.dumps(result) + "\n")
     return result
@@ -192,7 +191,7 @@ def decode_test(run_dir: Path, translator, sources: list[str], beam: int) -> dic
 
 def run_facts(run_dir: Path) -> dict:
     """Steps, training time and speed (median logged window but the first) and the curves."""
-    from nmt.train.trainer import read_metrics
+    from nmt.rundir import read_metrics
 
     metrics = read_metrics(run_dir)
     rates = [m["tgt_tokens_per_s"] for m in metrics if "tgt_tokens_per_s" in m]
@@ -220,8 +219,7 @@ def choose_sentence(args, sources: list[str]) -> int:
 
 
 def heatmap_panel(translator, sentence: str, title: str):
-    translator.cfg = replace(translator.cfg, beam=1)
-    (t,) = translator.translate([sentence])
+    (t,) = translator.configured(beam=1).translate([sentence])
     return (title, t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces)
 
 
@@ -311,8 +309,8 @@ def main(argv: list[str]) -> int:
 def write_report(
     args, results: dict, beam_report, panels: list, example: tuple, init: str, seconds: float
 ) -> None:
-    from nmt.evaluate.plots import attention_heatmaps, bleu_by_length_chart, training_curves
     from nmt.fileio import atomic_write_text
+    from nmt.plots import attention_heatmaps, bleu_by_length_chart, training_curves
 
     report_path = Path(args.report)
     figures = report_path.parent / report_path.stem

@@ -308,7 +308,7 @@ def score_nmt(run: Path, beam: int) -> dict:
     """The same curve for an nmt run (train.keep_best large keeps every validation's step-N.pt)."""
     from bench import MULTI30K
 
-    from nmt.train.trainer import read_metrics
+    from nmt.rundir import read_metrics
 
     seconds = {m["step"]: m["time"] for m in read_metrics(run) if "valid_bleu" in m}
     curve = []

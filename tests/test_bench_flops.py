@@ -12,8 +12,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nmt.config import config_from_dict
 from nmt.data.batching import Batch
-from nmt.data.tokenizer import BOS, PAD
 from nmt.model.seq2seq import Seq2Seq
+from nmt.vocab import BOS, PAD
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

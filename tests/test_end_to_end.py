@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from nmt.train.trainer import read_metrics
+from nmt.rundir import read_metrics
 
 runner = CliRunner()
 TINY = [

@@ -13,8 +13,8 @@ from nmt.data.cleaning import clean_pairs, length_filter, normalize
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.prepare import prepare
 from nmt.data.sources import download, load_split
-from nmt.data.tokenizer import BOS, EOS, PAD
 from nmt.errors import NMTError
+from nmt.vocab import BOS, EOS, PAD
 from tests.conftest import MULTI30K, needs_multi30k
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from nmt.data.corpus import EncodedCorpus
-from nmt.data.tokenizer import BOS, EOS, PAD
+from nmt.vocab import BOS, EOS, PAD
 
 # Batches per sorted pool: larger pools pad less, smaller ones mix lengths more across an epoch.
 # 200 keeps source padding at 12% and target padding at 1% on Multi30k (50 left 22% of the target).

@@ -11,7 +11,7 @@ from nmt.data.batching import length_grouped_batches, padding_efficiency
 from nmt.data.cleaning import describe_dropped
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.prepare import prepare
-from nmt.data.tokenizer import UNK
+from nmt.vocab import UNK
 
 PERCENTILES = (50, 90, 95, 99, 100)
 
@@ -56,7 +56,7 @@ def data_stats(cfg: Config, plot: Path | None = None) -> str:
 
 
 def _histogram(corpus: EncodedCorpus, path: Path) -> None:
-    from nmt.evaluate.plots import pyplot, save_png
+    from nmt.plots import pyplot, save_png
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))

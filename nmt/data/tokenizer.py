@@ -1,7 +1,7 @@
 """SentencePiece, trained on the training split; the model bytes travel inside every checkpoint.
 
-Special ids are fixed for every model so the network never needs to ask the tokenizer:
-PAD=0, UNK=1, BOS=2, EOS=3.
+Special ids (PAD=0, UNK=1, BOS=2, EOS=3, in nmt/vocab.py) are fixed for every model, so the network
+never needs to ask the tokenizer.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
-
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from nmt.vocab import BOS, EOS, PAD, UNK
 
 
 class Tokenizer:

@@ -1,5 +1,6 @@
 """Several models decoding as one: the per-step log-probabilities are averaged (a log-linear
-ensemble), so any search works on an ensemble unchanged."""
+ensemble). `Ensemble` implements the searches' `StepModel` protocol, so any search works on it
+unchanged."""
 
 from __future__ import annotations
 
@@ -27,15 +28,17 @@ class Members:
 class Ensemble:
     def __init__(self, models: list[Seq2Seq]):
         self.models = models
-        self.decoder = self  # searches call model.decoder.step
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Members, Members]:
         encoded = [model.encode(src, src_len) for model in self.models]
         return Members([m for m, _ in encoded]), Members([s for _, s in encoded])
 
-    def step(self, y: Tensor, state: Members, mem: Members, t: int) -> tuple[Tensor, Members, Tensor]:
+    def step(
+        self, y: Tensor, state: Members, mem: Members, positions: Tensor
+    ) -> tuple[Tensor, Members, Tensor]:
+        """Mean log-probabilities (R, V) and mean attention weights (R, S) of the members."""
         outputs = [
-            model.decoder.step(y, s, m, t)
+            model.step(y, s, m, positions)
             for model, s, m in zip(self.models, state.items, mem.items, strict=True)
         ]
         log_probs = torch.stack([torch.log_softmax(logits.float(), -1) for logits, _, _ in outputs]).mean(0)

@@ -71,6 +71,7 @@ def translate_files(
     lines = read_lines(input) if input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
     stream = None if output else sys.stdout
     results = translate_stream(translator, lines, opts, stream, quiet)
+    truncated = sum(t.truncated for t in results)
     if output:
         atomic_write_text(output, "".join(format_translation(i, t, opts) for i, t in enumerate(results, 1)))
     if opts.attention:
@@ -79,16 +80,16 @@ def translate_files(
         )
         atomic_write_text(opts.attention, "".join(records))
     if opts.plot_attention:
-        from nmt.evaluate.plots import attention_heatmap
+        from nmt.plots import attention_heatmap
 
         for i, t in enumerate(results[: opts.plot_first], 1):
             if t.hypotheses:
                 path = opts.plot_attention / f"attention-{i}.png"
                 attention_heatmap(t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, path)
     notes = []
-    if translator.truncated:
+    if truncated:
         notes.append(
-            f"warning: {translator.truncated} input lines were longer than the model's limit and were "
+            f"warning: {truncated} input lines were longer than the model's limit and were "
             "translated truncated"
         )
     if opts.plot_attention:

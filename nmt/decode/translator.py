@@ -8,13 +8,14 @@ from pathlib import Path
 
 import torch
 
-from nmt.config import DecodeConfig, config_from_dict
+from nmt.config import Config, DecodeConfig, decode_settings
 from nmt.data.batching import pad_sources
 from nmt.data.cleaning import normalize
-from nmt.data.tokenizer import EOS, TokenizerPair
+from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
-from nmt.decode.search import Hypothesis, beam_search, greedy_search
+from nmt.decode.search import Hypothesis, StepModel, beam_search, greedy_search
 from nmt.errors import NMTError
+from nmt.vocab import EOS
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Translation:
     tgt_pieces: list[str]  # with the final "</s>" when the hypothesis ended in EOS
     hypotheses: list[Hypothesis]  # n-best, best first; empty for an empty input line
     texts: list[str]  # the detokenised text of each hypothesis
+    truncated: bool = False  # the source was longer than the model's limit and was cut to it
 
     @property
     def text(self) -> str:
@@ -33,13 +35,13 @@ class Translation:
 class Translator:
     """Decodes with `model` (a Seq2Seq or an Ensemble) under the settings of `cfg`.
 
-    Sources longer than `src_limit` subwords (the training length limit) are cut to it;
-    `truncated` counts them so the caller can warn.
+    Sources longer than `src_limit` subwords (the training length limit) are cut to it, and their
+    `Translation.truncated` says so, so the caller can warn.
     """
 
     def __init__(
         self,
-        model,
+        model: StepModel,
         tok: TokenizerPair,
         cfg: DecodeConfig,
         device: torch.device,
@@ -48,7 +50,26 @@ class Translator:
     ):
         self.model, self.tok, self.cfg, self.device = model, tok, cfg, device
         self.src_limit, self.normalize_form = src_limit, normalize_form
-        self.truncated = 0
+
+    @classmethod
+    def from_config(
+        cls,
+        model: StepModel,
+        tok: TokenizerPair,
+        cfg: Config,
+        device: torch.device,
+        overrides: dict | None = None,
+        source: str = "command line",
+    ) -> Translator:
+        """The translator a run's config describes: its decode settings (with `overrides`, checked
+        like the config), and the data limits and normalisation the model was trained with."""
+        settings = decode_settings(cfg.decode, overrides or {}, source)
+        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize)
+
+    def configured(self, **settings) -> Translator:
+        """The same model with other decode settings (`beam=5`, `alpha=0.6`, ...), checked."""
+        cfg = decode_settings(self.cfg, settings, "Translator.configured")
+        return Translator(self.model, self.tok, cfg, self.device, self.src_limit, self.normalize_form)
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
@@ -60,10 +81,11 @@ class Translator:
         self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
     ) -> Iterator[Translation]:
         """Translations in input order; batches are formed from length-sorted sentences."""
-        ids = []
-        for pieces in self.tok.src.encode_batch([normalize(line, self.normalize_form) for line in lines]):
+        ids, truncated = [], set()
+        normalized = [normalize(line, self.normalize_form) for line in lines]
+        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
             if len(pieces) > self.src_limit:
-                self.truncated += 1
+                truncated.add(i)
                 pieces = pieces[: self.src_limit]
             ids.append(pieces + [EOS])
         # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
@@ -85,6 +107,7 @@ class Translator:
                     tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
                     hypotheses=hyps,
                     texts=texts,
+                    truncated=i in truncated,
                 )
             if progress:
                 progress(len(chunk))
@@ -113,7 +136,7 @@ def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu
     """A Translator for one checkpoint (or run directory), or an ensemble of several; `overrides`
     replace the first checkpoint's `decode` settings."""
     from nmt.checkpoint import load_checkpoint
-    from nmt.train.device import resolve_device
+    from nmt.device import resolve_device
 
     torch_device = resolve_device(device)
     loaded = [load_checkpoint(path, torch_device) for path in checkpoints]
@@ -124,9 +147,5 @@ def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu
                 f"{path}: ensemble members must share their vocabularies, and this one differs "
                 f"from {checkpoints[0]}'s"
             )
-    raw = first.config.to_dict()
-    raw["decode"].update({k: v for k, v in overrides.items() if v is not None})
-    cfg = config_from_dict(raw, source="command line").decode  # the config's own checks and messages
     model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
-    data = first.config.data
-    return Translator(model, first.tokenizers, cfg, torch_device, data.max_len, data.normalize)
+    return Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)

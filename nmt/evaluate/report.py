@@ -47,7 +47,7 @@ def run_eval(
             systems[_unique(str(path), systems)] = [t.text for t in translator.translate(src_lines)]
     report = evaluate(systems, references, opts, src_lines)
     if plot:
-        from nmt.evaluate.plots import bleu_by_length_chart
+        from nmt.plots import bleu_by_length_chart
 
         bleu_by_length_chart(report, plot)
     if details:
@@ -59,7 +59,7 @@ def plot_attention_of(
     out: Path, attention: Path | None, index: int, model: Path | None, sentence: str | None, beam: int
 ) -> None:
     """Heatmap of one sentence, from a `translate --attention` JSONL file or from a checkpoint."""
-    from nmt.evaluate.plots import attention_heatmap
+    from nmt.plots import attention_heatmap
 
     if (attention is None) == (model is None):
         raise NMTError("plot attention: give --attention FILE, or --model CKPT with --sentence TEXT")

@@ -5,9 +5,10 @@ one they hold:
 
 - `prepare(memory, mask) -> keys`: everything that depends only on the encoder annotations
   (U_a h_j, W_a h_j, ...), computed once per batch and shared by every step and every beam.
-- `forward(query, keys, memory, mask, step) -> (context, weights)`: `query` is one decoder step
-  `(B, d)` or all steps at once `(B, T, d)` (Luong's parallel path); `mask` is True on real
-  source positions; `step` is the target position of the first query (local attention needs it).
+- `forward(query, keys, memory, mask, positions) -> (context, weights)`: `query` holds T queries
+  per sentence, `(B, T, d)`: one decoder step (T = 1), all steps at once (Luong's parallel path)
+  or the K beams of a sentence; `mask` is True on real source positions; `positions` `(B, T)`
+  are the target positions the queries stand for (local-m centres its window there).
 
 Scores are masked and soft-maxed in fp32, so padding gets exactly zero weight even under AMP,
 and a row with no real position gives zero weights instead of NaN.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import AttentionConfig
+from nmt.registry import Registry
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -37,22 +39,11 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) * mask
 
 
-class Attention(nn.Module):
+class Attention(Registry, nn.Module):
     """Base class: score every source position, masked softmax, weighted sum of the memory."""
-
-    registry: ClassVar[dict[str, type[Attention]]] = {}
-    # Whether a query's weights ignore its position among the queries, so that the K beams of a
-    # sentence can attend as K query positions over one copy of its memory.
-    position_free: ClassVar[bool] = True
-
-    def __init_subclass__(cls, name: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if name:
-            cls.registry[name] = cls
 
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig):
         super().__init__()
-        self.query_dim, self.memory_dim = query_dim, memory_dim
         self.dropout = nn.Dropout(cfg.dropout)
 
     def prepare(self, memory: Tensor, mask: Tensor) -> Tensor:
@@ -62,19 +53,15 @@ class Attention(nn.Module):
         """(B, T, d) queries x (B, S, ...) keys -> (B, T, S) unnormalised scores."""
         raise NotImplementedError
 
-    def weights(self, query: Tensor, keys: Tensor, mask: Tensor, step: int) -> Tensor:
+    def weights(self, query: Tensor, keys: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         return masked_softmax(self.score(query, keys), mask[:, None, :])
 
     def forward(
-        self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor, step: int = 0
+        self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor, positions: Tensor
     ) -> tuple[Tensor, Tensor]:
-        one_step = query.dim() == 2
-        if one_step:
-            query = query.unsqueeze(1)
-        weights = self.weights(query, keys, mask, step)  # (B, T, S), fp32
-        context = torch.bmm(self.dropout(weights).to(memory.dtype), memory)  # (B, T, M)
-        if one_step:
-            return context.squeeze(1), weights.squeeze(1)
+        """query (B, T, d) -> context (B, T, M) and weights (B, T, S), in fp32."""
+        weights = self.weights(query, keys, mask, positions)
+        context = torch.bmm(self.dropout(weights).to(memory.dtype), memory)
         return context, weights
 
 
@@ -85,10 +72,9 @@ class NoAttention(Attention, name="none"):
     only through its initial state (the bridge), while sharing every other line of code.
     """
 
-    def forward(self, query, keys, memory, mask, step=0):
-        lead = query.shape[:-1]
-        context = memory.new_zeros(*lead, memory.size(-1))
-        return context, torch.zeros(*lead, memory.size(1), device=memory.device)
+    def forward(self, query, keys, memory, mask, positions):
+        B, T, _ = query.shape
+        return memory.new_zeros(B, T, memory.size(-1)), query.new_zeros(B, T, memory.size(1)).float()
 
 
 class DotAttention(Attention, name="dot"):
@@ -162,13 +148,13 @@ class LocalAttention(GeneralAttention):
         super().__init__(query_dim, memory_dim, cfg)
         self.D = cfg.window
 
-    def centre(self, query: Tensor, src_len: Tensor, step: int) -> Tensor:
+    def centre(self, query: Tensor, src_len: Tensor, positions: Tensor) -> Tensor:
         """p_t for every query: (B, T) floats."""
         raise NotImplementedError
 
-    def weights(self, query, keys, mask, step):
+    def weights(self, query, keys, mask, positions):
         src_len = mask.sum(-1, keepdim=True)  # (B, 1) the true length S of each source
-        p = self.centre(query, src_len, step)  # (B, T)
+        p = self.centre(query, src_len, positions)  # (B, T)
         s = torch.arange(mask.size(1), device=mask.device)  # (S,)
         distance = s[None, None, :] - p.unsqueeze(-1)  # (B, T, S)
         window = (distance.abs() <= self.D) & mask[:, None, :]
@@ -182,11 +168,8 @@ class LocalAttention(GeneralAttention):
 class LocalMonotonicAttention(LocalAttention, name="local_m"):
     """local-m: p_t = t (clamped to the last real position), a_t = align(h_t, h_s) in the window."""
 
-    position_free = False
-
-    def centre(self, query, src_len, step):
-        t = torch.arange(step, step + query.size(1), device=query.device, dtype=torch.float32)
-        return torch.minimum(t[None, :], (src_len - 1).float())  # (B, T)
+    def centre(self, query, src_len, positions):
+        return torch.minimum(positions.float(), (src_len - 1).float())  # (B, T)
 
 
 class LocalPredictiveAttention(LocalAttention, name="local_p"):
@@ -202,7 +185,7 @@ class LocalPredictiveAttention(LocalAttention, name="local_p"):
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
-    def centre(self, query, src_len, step):
+    def centre(self, query, src_len, positions):
         gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)  # (B, T)
         return src_len.float() * gate.float()
 
@@ -232,10 +215,7 @@ class MultiHeadAttention(Attention, name="multihead"):
         B, L, _ = x.shape
         return x.view(B, L, self.heads, -1).transpose(1, 2)  # (B, H, L, d_h)
 
-    def forward(self, query, keys, memory, mask, step=0):
-        one_step = query.dim() == 2
-        if one_step:
-            query = query.unsqueeze(1)
+    def forward(self, query, keys, memory, mask, positions):
         B, T, _ = query.shape
         k, v = (self._split(x) for x in keys.chunk(2, dim=-1))
         q = self._split(self.W_q(query))  # (B, H, T, d_h)
@@ -243,11 +223,4 @@ class MultiHeadAttention(Attention, name="multihead"):
         weights = masked_softmax(scores, mask[:, None, None, :])
         heads = self.dropout(weights).to(v.dtype) @ v  # (B, H, T, d_h)
         context = self.W_o(heads.transpose(1, 2).reshape(B, T, -1))  # (B, T, M)
-        weights = weights.mean(1)
-        if one_step:
-            return context.squeeze(1), weights.squeeze(1)
-        return context, weights
-
-
-def build_attention(query_dim: int, memory_dim: int, cfg: AttentionConfig) -> Attention:
-    return Attention.registry[cfg.type](query_dim, memory_dim, cfg)
+        return context, weights.mean(1)

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import Tensor, nn
 
+from nmt.registry import Registry
 
-class Bridge(nn.Module):
+
+class Bridge(Registry, nn.Module):
     """Maps final encoder states h, c, each (L_enc, 2, B, H), to (L_dec, B, D) each."""
-
-    registry: ClassVar[dict[str, type[Bridge]]] = {}
-
-    def __init_subclass__(cls, name: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if name:
-            cls.registry[name] = cls
 
     def __init__(self, enc_hidden: int, dec_hidden: int, dec_layers: int):
         super().__init__()
@@ -68,7 +61,3 @@ class BackwardBridge(Bridge, name="backward"):
 
     def forward(self, h, c):
         return self._project(self.W_s, h[-1, 1]), self._zeros(c)
-
-
-def build_bridge(name: str, enc_hidden: int, dec_hidden: int, dec_layers: int) -> Bridge:
-    return Bridge.registry[name](enc_hidden, dec_hidden, dec_layers)

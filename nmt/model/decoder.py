@@ -7,22 +7,24 @@
 - `BahdanauDecoder` (Bahdanau 2015 §3.1, App. A): attend with the previous state s_{t-1} first,
   then the RNN step on [y_{t-1}; c_t], then the output from [s_t; c_t; y_{t-1}] (linear or maxout).
 
-Both share `step()`, used by training and by every search, and `forward()` for teacher forcing.
-Decoder state lives in a `DecoderState` outside the module, so beams can reorder it.
+Both share `step()`, used by every search, and `features()` / `forward()` for teacher forcing.
+Decoder state lives in a `DecoderState` outside the module, so beams can reorder it; each query
+carries its target position (a tensor), so rows at different steps can share a batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.config import ModelConfig
-from nmt.data.tokenizer import PAD
-from nmt.model.attention import build_attention
+from nmt.model.attention import Attention
+from nmt.model.output import OutputLayer
+from nmt.registry import Registry
+from nmt.vocab import PAD
 
 FUSED_CELL_MAX_ROWS = 8  # measured crossover between the fused cell and nn.LSTM, one step
 
@@ -57,21 +59,14 @@ class DecoderState:
         return DecoderState(self.h[:, index], self.c[:, index], feed)
 
 
-class Decoder(nn.Module):
-    registry: ClassVar[dict[str, type[Decoder]]] = {}
-
-    def __init_subclass__(cls, name: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if name:
-            cls.registry[name] = cls
-
+class Decoder(Registry, nn.Module):
     def __init__(self, vocab_size: int, memory_dim: int, cfg: ModelConfig):
         super().__init__()
         dec = cfg.decoder
         self.hidden, self.layers = dec.hidden, dec.layers
         self.embed = nn.Embedding(vocab_size, cfg.embedding, padding_idx=PAD)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.attention = build_attention(dec.hidden, memory_dim, cfg.attention)
+        self.attention = Attention.build(cfg.attention.type, dec.hidden, memory_dim, cfg.attention)
         self.rnn = nn.LSTM(
             self.rnn_input_size(cfg, memory_dim),
             dec.hidden,
@@ -107,54 +102,61 @@ class Decoder(nn.Module):
     def init_state(self, h0: Tensor, c0: Tensor) -> DecoderState:
         return DecoderState(h0, c0)
 
-    def attend(self, query: Tensor, mem: Memory, t: int) -> tuple[Tensor, Tensor]:
-        """query (R, k, d) -> context (R, k, M), weights (R, k, S), where R = B * mem.beams.
+    def prepare(self, memory: Tensor, mask: Tensor) -> Memory:
+        """The encoder's annotations (B, S, M) and mask (B, S), with what the attention
+        precomputes from them once per batch."""
+        return Memory(memory, mask, self.attention.prepare(memory, mask))
+
+    def attend(self, query: Tensor, mem: Memory, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """query (R, k, d) at target `positions` (R, k) -> context (R, k, M), weights (R, k, S),
+        where R = B * mem.beams.
 
         Under beam search a sentence's K beams attend as K query positions over its one memory,
         so neither the memory nor its keys are copied K times (docs/performance.md §8).
         """
         if mem.beams == 1:
-            return self.attention(query, mem.keys, mem.memory, mem.mask, step=t)
+            return self.attention(query, mem.keys, mem.memory, mem.mask, positions)
         R, k = query.shape[:2]
-        if not self.attention.position_free:  # local-m places its window by query position
-            rows = torch.arange(R // mem.beams, device=query.device).repeat_interleave(mem.beams)
-            return self.attention(query, mem.keys[rows], mem.memory[rows], mem.mask[rows], step=t)
-        grouped = query.reshape(R // mem.beams, mem.beams * k, -1)
-        context, weights = self.attention(grouped, mem.keys, mem.memory, mem.mask, step=t)
+        B = R // mem.beams
+        context, weights = self.attention(
+            query.reshape(B, mem.beams * k, -1), mem.keys, mem.memory, mem.mask, positions.reshape(B, -1)
+        )
         return context.reshape(R, k, -1), weights.reshape(R, k, -1)
 
     parallel = False  # True when the recurrence does not read the attention (whole-target path)
 
     def recur(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        """y_prev (B, k) -> pre-output vectors (B, k, P), new state, weights (B, k, S).
+        """y_prev (B, k) at target `positions` (B, k) -> pre-output vectors (B, k, P), new state,
+        weights (B, k, S).
 
         Everything but the output layer, which needs no recurrence and so can run once over
         all steps in training. k > 1 only where the step order allows it (`parallel`).
         """
         raise NotImplementedError
 
-    def output(self, pre_output: Tensor) -> Tensor:
-        """Pre-output vectors (..., P) -> logits (..., V)."""
-        return self.output_layer(self.dropout(pre_output))
-
     def step(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, t: int
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One target position: y_prev (B,) -> logits (B, V), new state, weights (B, S)."""
-        pre_output, state, weights = self.recur(y_prev[:, None], state, mem, t)
-        return self.output(pre_output.squeeze(1)), state, weights.squeeze(1)
+        """One target position per row: y_prev (B,) at `positions` (B,) -> logits (B, V), new
+        state, weights (B, S)."""
+        pre_output, state, weights = self.recur(y_prev[:, None], state, mem, positions[:, None])
+        return self.output_layer(pre_output.squeeze(1)), state, weights.squeeze(1)
 
     def features(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
         """Teacher forcing over the whole target (B, T) -> pre-output vectors (B, T, P) and
         weights (B, T, S): everything but the output layer, which the training loss fuses."""
+        B, T = tgt_in.shape
+        positions = torch.arange(T, device=tgt_in.device).expand(B, T)
         if self.parallel:
-            pre_output, _, weights = self.recur(tgt_in, state, mem, 0)  # one LSTM call for all steps
+            pre_output, _, weights = self.recur(tgt_in, state, mem, positions)  # one LSTM call
             return pre_output, weights
         pre_outputs, weights = [], []
-        for t in range(tgt_in.size(1)):
-            pre_output, state, step_weights = self.recur(tgt_in[:, t : t + 1], state, mem, t)
+        for t in range(T):
+            pre_output, state, step_weights = self.recur(
+                tgt_in[:, t : t + 1], state, mem, positions[:, t : t + 1]
+            )
             pre_outputs.append(pre_output)
             weights.append(step_weights)
         return torch.cat(pre_outputs, 1), torch.cat(weights, 1)
@@ -162,7 +164,7 @@ class Decoder(nn.Module):
     def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
         """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
         pre_output, weights = self.features(tgt_in, state, mem)
-        return self.output(pre_output), weights
+        return self.output_layer(pre_output), weights
 
 
 class LuongDecoder(Decoder, name="luong"):
@@ -171,8 +173,7 @@ class LuongDecoder(Decoder, name="luong"):
         super().__init__(vocab_size, memory_dim, cfg)
         self.parallel = not self.input_feeding
         self.W_c = nn.Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
-        self.W_s = nn.Linear(cfg.decoder.hidden, vocab_size)
-        self.output_layer = self.W_s  # p(y_t) = softmax(W_s h~_t), eq. 6
+        self.output_layer = OutputLayer(cfg.decoder.hidden, vocab_size, cfg.dropout)  # eq. 6: W_s h~_t
 
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + (cfg.decoder.hidden if cfg.decoder.input_feeding else 0)
@@ -181,13 +182,13 @@ class LuongDecoder(Decoder, name="luong"):
         feed = h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
         return DecoderState(h0, c0, feed)
 
-    def recur(self, y_prev, state, mem, t):
+    def recur(self, y_prev, state, mem, positions):
         x = self.dropout(self.embed(y_prev))  # (B, k, E)
         if self.input_feeding:
             assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
             x = torch.cat([x, state.feed[:, None]], dim=-1)
         h, (h_n, c_n) = self.run_rnn(x, state)  # (B, k, D): the RNN step comes first
-        context, weights = self.attend(h, mem, t)  # attend with h_t
+        context, weights = self.attend(h, mem, positions)  # attend with h_t
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
         feed = h_tilde[:, -1] if self.input_feeding else None
         return h_tilde, DecoderState(h_n, c_n, feed), weights
@@ -201,22 +202,18 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
         self.W_o = nn.Linear(
             cfg.decoder.hidden + memory_dim + cfg.embedding, pre_output * (2 if self.maxout else 1)
         )
-        self.output_layer = nn.Linear(pre_output, vocab_size)
+        self.output_layer = OutputLayer(pre_output, vocab_size, cfg.dropout)
 
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + memory_dim
 
-    def recur(self, y_prev, state, mem, t):
+    def recur(self, y_prev, state, mem, positions):
         assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
         y = self.dropout(self.embed(y_prev))  # (B, 1, E)
         s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
-        context, weights = self.attend(s_prev[:, None], mem, t)
+        context, weights = self.attend(s_prev[:, None], mem, positions)
         s, (h_n, c_n) = self.run_rnn(torch.cat([y, context], dim=-1), state)
         t_out = self.W_o(torch.cat([s, context, y], dim=-1))  # (B, 1, P or 2P)
         if self.maxout:  # App. A.2.2: t_i = max(t~_{i,2j-1}, t~_{i,2j})
             t_out = t_out.unflatten(-1, (-1, 2)).amax(-1)
         return t_out, DecoderState(h_n, c_n), weights
-
-
-def build_decoder(vocab_size: int, memory_dim: int, cfg: ModelConfig) -> Decoder:
-    return Decoder.registry[cfg.decoder.style](vocab_size, memory_dim, cfg)

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import EncoderConfig
-from nmt.data.tokenizer import PAD
+from nmt.vocab import PAD
 
 
 class Encoder(nn.Module):

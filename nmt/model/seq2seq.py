@@ -1,37 +1,45 @@
-"""Encoder + bridge + decoder, assembled from the model config. Knows nothing of training."""
+"""Encoder + bridge + decoder, assembled from the model config. Knows nothing of training.
+
+`encode` and `step` are the whole interface the searches need (`decode.search.StepModel`);
+`features` and `forward` are teacher forcing over a whole target.
+"""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from nmt.config import ModelConfig
-from nmt.data.tokenizer import PAD
-from nmt.model.bridge import build_bridge
-from nmt.model.decoder import DecoderState, Memory, build_decoder
+from nmt.model.bridge import Bridge
+from nmt.model.decoder import Decoder, DecoderState, Memory
 from nmt.model.encoder import Encoder
 from nmt.model.init import initialise
+from nmt.vocab import PAD
 
 
 class Seq2Seq(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
-        self.cfg = cfg
         memory_dim = 2 * cfg.encoder.hidden
         self.encoder = Encoder(src_vocab, cfg.embedding, cfg.encoder, cfg.dropout)
-        self.bridge = build_bridge(
+        self.bridge = Bridge.build(
             cfg.decoder.bridge, cfg.encoder.hidden, cfg.decoder.hidden, cfg.decoder.layers
         )
-        self.decoder = build_decoder(tgt_vocab, memory_dim, cfg)
+        self.decoder = Decoder.build(cfg.decoder.style, tgt_vocab, memory_dim, cfg)
         if cfg.tie_embeddings:
             self.decoder.output_layer.weight = self.decoder.embed.weight
         initialise(self, cfg.init, cfg.init_scale)
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
+        """src (B, S) -> the memory every decoder step reads, and the decoder's first state."""
         memory, (h, c) = self.encoder(src, src_len)
-        mask = src != PAD  # (B, S) True on real positions
-        keys = self.decoder.attention.prepare(memory, mask)
-        return Memory(memory, mask, keys), self.decoder.init_state(*self.bridge(h, c))
+        mem = self.decoder.prepare(memory, src != PAD)
+        return mem, self.decoder.init_state(*self.bridge(h, c))
+
+    def step(
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One target position per row: y_prev (B,) -> logits (B, V), new state, weights (B, S)."""
+        return self.decoder.step(y_prev, state, mem, positions)
 
     def features(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced pre-output vectors (B, T, P) and weights (B, T, S): the logits without
@@ -39,32 +47,10 @@ class Seq2Seq(nn.Module):
         mem, state = self.encode(src, src_len)
         return self.decoder.features(tgt_in, state, mem)
 
-    def forward(
-        self,
-        src: Tensor,
-        src_len: Tensor,
-        tgt_in: Tensor,
-        teacher_forcing: float = 1.0,
-        generator: torch.Generator | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Logits (B, T, V) and attention weights (B, T, S) for the target prefix `tgt_in`.
-
-        With `teacher_forcing` < 1 the next input is the reference token with that probability,
-        else the model's own greedy prediction (detached), drawn per sentence and step
-        (scheduled sampling, Bengio et al. 2015); this needs the step-by-step path.
-        """
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced logits (B, T, V) and attention weights (B, T, S) for the prefix `tgt_in`."""
         mem, state = self.encode(src, src_len)
-        if teacher_forcing >= 1.0:
-            return self.decoder(tgt_in, state, mem)
-        y, logits, weights = tgt_in[:, 0], [], []
-        for t in range(tgt_in.size(1)):
-            step_logits, state, step_weights = self.decoder.step(y, state, mem, t)
-            logits.append(step_logits)
-            weights.append(step_weights)
-            if t + 1 < tgt_in.size(1):
-                use_reference = torch.rand(y.size(0), generator=generator).to(y.device) < teacher_forcing
-                y = torch.where(use_reference, tgt_in[:, t + 1], step_logits.detach().argmax(-1))
-        return torch.stack(logits, 1), torch.stack(weights, 1)
+        return self.decoder(tgt_in, state, mem)
 
 
 def count_parameters(model: nn.Module) -> int:

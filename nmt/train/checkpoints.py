@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import BEST, LAST, read_checkpoint
+from nmt.checkpoint import read_checkpoint
+from nmt.rundir import BEST, LAST
 
 
 class CheckpointKeeper:

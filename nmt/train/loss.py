@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.config import TrainConfig
 from nmt.data.batching import Batch
-from nmt.data.tokenizer import PAD
+from nmt.vocab import PAD
 
 
 @dataclass
@@ -42,47 +41,24 @@ def loss_sums(logits: Tensor, target: Tensor, label_smoothing: float) -> LossSum
     return LossSums(objective, float(nll.detach()), int(real.sum()))
 
 
-class LinearCrossEntropy(torch.autograd.Function):
-    """The output layer and the (smoothed) cross-entropy summed over rows, in one pass.
-
-    Why: the (N, V) logits are the largest activation of the model (N ~ 1-3k target tokens,
-    V = 8-32k), and the usual path keeps logits, log-probabilities and their gradients, several
-    (N, V) tensors at once. Here the forward turns the logits buffer in place into the gradient
-    d loss / d logits = softmax - ((1 - eps) onehot(y) + eps / V), so one (N, V) buffer lives
-    until backward, which is then three matrix products.
-    """
-
-    @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float):
-        logits = F.linear(x, weight, bias)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 softmax under AMP
-        picked = logits.gather(1, target[:, None]).squeeze(1)
-        mean = logits.mean(-1) if smoothing else None
-        top = logits.amax(-1, keepdim=True)
-        grad = logits.sub_(top).exp_()
-        total = grad.sum(-1, keepdim=True)
-        grad.div_(total)  # softmax
-        log_z = (top + total.log()).squeeze(1)
-        nll = log_z - picked
-        objective = nll if mean is None else (1 - smoothing) * nll + smoothing * (log_z - mean)
-        grad.scatter_add_(1, target[:, None], grad.new_full((len(target), 1), smoothing - 1.0))
-        if smoothing:
-            grad.sub_(smoothing / grad.size(1))
-        ctx.save_for_backward(x, weight, grad)
-        ctx.has_bias = bias is not None
-        nll_sum = nll.sum()
-        ctx.mark_non_differentiable(nll_sum)
-        return objective.sum(), nll_sum
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
-    def backward(ctx, grad_objective: Tensor, _grad_nll: Tensor):
-        x, weight, grad = ctx.saved_tensors
-        grad_x = (grad @ weight.to(grad.dtype)).mul_(grad_objective).to(x.dtype)
-        grad_weight = (grad.t() @ x.to(grad.dtype)).mul_(grad_objective).to(weight.dtype)
-        grad_bias = grad.sum(0).mul_(grad_objective).to(weight.dtype) if ctx.has_bias else None
-        return grad_x, grad_weight, grad_bias, None, None
+def scheduled_sampling_logits(
+    model: nn.Module, batch: Batch, ratio: float, generator: torch.Generator
+) -> Tensor:
+    """Logits (B, T, V) where each next input is the reference token with probability `ratio`,
+    else the model's own greedy prediction (detached), drawn per sentence and step (scheduled
+    sampling, Bengio et al. 2015). It needs the step-by-step path, whatever the decoder."""
+    mem, state = model.encode(batch.src, batch.src_len)
+    tgt_in = batch.tgt_in
+    B, T = tgt_in.shape
+    y, logits = tgt_in[:, 0], []
+    for t in range(T):
+        positions = torch.full((B,), t, dtype=torch.long, device=y.device)
+        step_logits, state, _ = model.step(y, state, mem, positions)
+        logits.append(step_logits)
+        if t + 1 < T:
+            use_reference = torch.rand(B, generator=generator).to(y.device) < ratio
+            y = torch.where(use_reference, tgt_in[:, t + 1], step_logits.detach().argmax(-1))
+    return torch.stack(logits, 1)
 
 
 class TokenLoss(nn.Module):
@@ -100,16 +76,13 @@ class TokenLoss(nn.Module):
         ratio = teacher_forcing_ratio(self.cfg, step) if training else 1.0
         smoothing = self.cfg.label_smoothing if training else 0.0
         real = batch.tgt_out != PAD
-        if ratio < 1.0:  # scheduled sampling feeds back every step's logits
-            logits, _ = self.model(batch.src, batch.src_len, batch.tgt_in, ratio, generator)
+        if ratio < 1.0:
+            logits = scheduled_sampling_logits(self.model, batch, ratio, generator)
             sums = loss_sums(logits, batch.tgt_out, smoothing)
             return sums.objective, torch.tensor(sums.nll), real.sum()
         pre_output, _ = self.model.features(batch.src, batch.src_len, batch.tgt_in)
-        decoder = self.model.decoder
-        layer = decoder.output_layer
-        objective, nll = LinearCrossEntropy.apply(
-            decoder.dropout(pre_output[real]), layer.weight, layer.bias, batch.tgt_out[real], smoothing
-        )
+        output_layer = self.model.decoder.output_layer
+        objective, nll = output_layer.loss(pre_output[real], batch.tgt_out[real], smoothing)
         return objective, nll, real.sum()
 
 

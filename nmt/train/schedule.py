@@ -3,21 +3,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from nmt.config import TrainConfig
+from nmt.registry import Registry
 
 
-class Schedule:
-    registry: ClassVar[dict[str, type[Schedule]]] = {}
-
-    def __init_subclass__(cls, name: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if name:
-            cls.registry[name] = cls
-
+class Schedule(Registry):
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
         self.optimizer, self.cfg = optimizer, cfg
         self.base_lr = cfg.lr
@@ -90,10 +82,6 @@ class InverseSqrt(Schedule, name="inverse_sqrt"):
         warmup = max(1, self.cfg.warmup_steps)
         scale = (step + 1) / warmup if step + 1 < warmup else (warmup / (step + 1)) ** 0.5
         self.set_lr(max(self.cfg.min_lr, self.base_lr * scale))
-
-
-def build_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Schedule:
-    return Schedule.registry[cfg.schedule](optimizer, cfg)
 
 
 OPTIMIZERS = {

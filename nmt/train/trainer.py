@@ -12,36 +12,25 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import LAST, read_checkpoint, save_checkpoint
+from nmt.checkpoint import read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import prepare, sampled_train, train_text
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translator
+from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.model.seq2seq import Seq2Seq, count_parameters
+from nmt.rundir import LAST, prepare_run_dir, read_metrics, resume_config
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
-from nmt.train.device import Precision, resolve_device
 from nmt.train.loss import TokenLoss, batch_loss
-from nmt.train.schedule import build_optimizer, build_schedule
+from nmt.train.precision import Precision
+from nmt.train.schedule import Schedule, build_optimizer
 
-# Keys that may change when a run is resumed: budgets and reporting, nothing that alters the maths.
-RESUMABLE_CHANGES = {
-    "train.max_steps",
-    "train.max_epochs",
-    "train.max_time",
-    "train.log_every",
-    "train.valid_every",
-    "train.patience",
-    "train.keep_best",
-    "train.average_last",
-    "train.tensorboard",
-    "train.device",
-}
 HIGHER_IS_BETTER = {"bleu": True, "ppl": False, "loss": False}
 
 
@@ -96,7 +85,7 @@ class Trainer:
 
         self.model = Seq2Seq(cfg.model, len(self.tok.src), len(self.tok.tgt)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
-        self.schedule = build_schedule(self.optimizer, cfg.train)
+        self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
         self.keeper = CheckpointKeeper(
             self.run_dir / "checkpoints", cfg.train.keep_best, cfg.train.average_last, self.higher_is_better
         )
@@ -318,10 +307,8 @@ class Trainer:
             with self.precision.autocast():
                 sums = batch_loss(self.objective, batch, self.progress.step, self.generator)
             nll, tokens = nll + sums.nll, tokens + sums.tokens
-        data = self.cfg.data  # the same settings as `nmt translate` with this checkpoint
-        translator = Translator(
-            self.model, self.tok, self.cfg.decode, self.device, data.max_len, data.normalize
-        )
+        # the same settings as `nmt translate` with this checkpoint
+        translator = Translator.from_config(self.model, self.tok, self.cfg, self.device)
         hyps = [t.text for t in translator.translate([s for s, _ in self.valid_pairs])]
         report = evaluate(
             {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)
@@ -363,7 +350,7 @@ class Trainer:
         return entry
 
     def _plot_curves(self) -> None:
-        from nmt.evaluate.plots import training_curves
+        from nmt.plots import training_curves
 
         training_curves(
             {self.run_dir.name: read_metrics(self.run_dir)}, self.run_dir / "plots" / "curves.png"
@@ -405,46 +392,6 @@ class Trainer:
         )
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config) -> None:
-    """A new run directory: refuse one that already holds a run, never overwrite it."""
-    if (run_dir / "config.yaml").exists():
-        raise NMTError(
-            f"{run_dir} already holds a run; continue it with --resume {run_dir} or choose another --out"
-        )
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
-
-
-def resume_config(run_dir: Path, config: str | None, overrides: list[str]) -> Config:
-    """The run's own config, with changes allowed only in budgets and reporting."""
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.is_file() or not (run_dir / "checkpoints" / LAST).is_file():
-        raise NMTError(f"{run_dir}: nothing to resume (no config.yaml or checkpoints/{LAST})")
-    saved = load_config(saved_path)
-    wanted = load_config(config or saved_path, overrides)
-    before, after = _flatten(saved.to_dict()), _flatten(wanted.to_dict())
-    changed = sorted(k for k in after if before.get(k) != after[k])
-    refused = [k for k in changed if k not in RESUMABLE_CHANGES]
-    if refused:
-        raise NMTError(
-            f"cannot resume {run_dir} with a changed {', '.join(refused)} "
-            f"(only {', '.join(sorted(RESUMABLE_CHANGES))} may change)"
-        )
-    if changed and distributed.rank_and_world()[0] == 0:
-        atomic_write_text(saved_path, wanted.to_yaml())
-    return wanted
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and k != "hf_data_files":
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def train(
     config: str | None, overrides: list[str], out: Path | None, resume: Path | None, quiet: bool
 ) -> TrainResult:
@@ -452,7 +399,7 @@ def train(
     distributed.init()
     try:
         if resume:
-            cfg = resume_config(Path(resume), config, overrides)
+            cfg = resume_config(Path(resume), config, overrides, write=distributed.rank_and_world()[0] == 0)
             run_dir = Path(resume)
         else:
             if config is None:
@@ -465,7 +412,3 @@ def train(
         return Trainer(cfg, run_dir, quiet=quiet, resume=bool(resume)).train()
     finally:
         distributed.shutdown()
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in read_lines(Path(run_dir) / "metrics.jsonl") if line.strip()]

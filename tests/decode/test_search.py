@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from nmt.config import DecodeConfig, config_from_dict
-from nmt.data.tokenizer import BOS, EOS, PAD, UNK
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import beam_search, coverage_penalty, greedy_search, length_penalty
 from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
+from nmt.vocab import BOS, EOS, PAD, UNK
 
 V = 20
 STYLES = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nmt.config import AttentionConfig, AttentionType
-from nmt.model.attention import Attention, build_attention, masked_softmax
+from nmt.model.attention import Attention, masked_softmax
 
 TYPES = sorted(Attention.registry)
 SCORED = [t for t in TYPES if t != "none"]
@@ -14,9 +14,21 @@ B, S, T, D = 3, 7, 5, 8  # memory width M = D, so dot products are defined
 LENGTHS = [7, 4, 1]
 
 
+def attend(att, query, keys, memory, mask, start: int = 0):
+    """The attention for queries (B, T, d), or one step (B, d), at target positions start, ..."""
+    one_step = query.dim() == 2
+    query = query[:, None] if one_step else query
+    B, T, _ = query.shape
+    positions = torch.arange(start, start + T).expand(B, T)
+    context, weights = att(query, keys, memory, mask, positions)
+    return (context[:, 0], weights[:, 0]) if one_step else (context, weights)
+
+
 def setup(kind: str, seed: int = 0, **cfg):
     torch.manual_seed(seed)
-    att = build_attention(D, D, AttentionConfig(type=kind, heads=2, window=2, bias=True, **cfg)).double()
+    att = Attention.build(
+        kind, D, D, AttentionConfig(type=kind, heads=2, window=2, bias=True, **cfg)
+    ).double()
     memory = torch.randn(B, S, D, dtype=torch.float64)
     mask = torch.arange(S)[None, :] < torch.tensor(LENGTHS)[:, None]
     memory = memory * mask[..., None]  # the encoder leaves zeros past the end
@@ -81,7 +93,7 @@ def test_registry_matches_config_choices():
 def test_weights_equal_the_paper_formula(kind):
     att, query, memory, mask = setup(kind)
     keys = att.prepare(memory, mask)
-    context, weights = att(query, keys, memory, mask)
+    context, weights = attend(att, query, keys, memory, mask)
     expected = reference_weights(kind, att, query, memory, mask)
     torch.testing.assert_close(weights.double(), expected, atol=1e-6, rtol=1e-6)
     if kind != "multihead":  # multihead's context goes through W_o and per-head values
@@ -91,7 +103,7 @@ def test_weights_equal_the_paper_formula(kind):
 @pytest.mark.parametrize("kind", SCORED)
 def test_padding_gets_exactly_zero_and_real_positions_sum_to_one(kind):
     att, query, memory, mask = setup(kind)
-    _, weights = att(query, att.prepare(memory, mask), memory, mask)
+    _, weights = attend(att, query, att.prepare(memory, mask), memory, mask)
     assert (weights.masked_select(~mask[:, None, :]) == 0).all()
     sums = weights.sum(-1)
     if kind == "local_p":  # the Gaussian multiplies the softmax: at most 1 (paper eq. 10)
@@ -104,9 +116,9 @@ def test_padding_gets_exactly_zero_and_real_positions_sum_to_one(kind):
 def test_one_step_equals_the_matching_row_of_all_steps(kind):
     att, query, memory, mask = setup(kind)
     keys = att.prepare(memory, mask)
-    context, weights = att(query, keys, memory, mask)
+    context, weights = attend(att, query, keys, memory, mask)
     for t in range(T):
-        c_t, w_t = att(query[:, t], keys, memory, mask, step=t)
+        c_t, w_t = attend(att, query[:, t], keys, memory, mask, start=t)
         torch.testing.assert_close(w_t, weights[:, t])
         torch.testing.assert_close(c_t, context[:, t])
 
@@ -114,10 +126,10 @@ def test_one_step_equals_the_matching_row_of_all_steps(kind):
 @pytest.mark.parametrize("kind", SCORED)
 def test_a_sentence_scores_the_same_alone_and_batched_with_longer_ones(kind):
     att, query, memory, mask = setup(kind)
-    context, weights = att(query, att.prepare(memory, mask), memory, mask)
+    context, weights = attend(att, query, att.prepare(memory, mask), memory, mask)
     n = LENGTHS[1]
     alone_mem, alone_mask = memory[1:2, :n], mask[1:2, :n]
-    c1, w1 = att(query[1:2], att.prepare(alone_mem, alone_mask), alone_mem, alone_mask)
+    c1, w1 = attend(att, query[1:2], att.prepare(alone_mem, alone_mask), alone_mem, alone_mask)
     torch.testing.assert_close(w1[0], weights[1, :, :n])
     torch.testing.assert_close(c1[0], context[1])
 
@@ -126,7 +138,7 @@ def test_a_sentence_scores_the_same_alone_and_batched_with_longer_ones(kind):
 def test_gradients_reach_every_parameter(kind):
     att, query, memory, mask = setup(kind)
     memory.requires_grad_(True)
-    context, weights = att(query, att.prepare(memory, mask), memory, mask, step=1)
+    context, weights = attend(att, query, att.prepare(memory, mask), memory, mask, start=1)
     (context.pow(2).sum() + (weights * torch.randn_like(weights)).sum()).backward()
     for name, param in att.named_parameters():
         assert param.grad is not None and param.grad.abs().sum() > 0, name
@@ -138,7 +150,7 @@ def test_a_source_with_no_real_position_gives_zeros_not_nan(kind):
     att, query, memory, mask = setup(kind)
     mask = mask.clone()
     mask[2] = False
-    context, weights = att(query, att.prepare(memory, mask), memory, mask)
+    context, weights = attend(att, query, att.prepare(memory, mask), memory, mask)
     assert torch.isfinite(context).all() and torch.isfinite(weights).all()
     assert (weights[2] == 0).all()
 
@@ -148,7 +160,9 @@ def test_batch_of_one_and_length_one(kind):
     att, _, _, _ = setup(kind)
     memory = torch.randn(1, 1, D, dtype=torch.float64)
     mask = torch.ones(1, 1, dtype=torch.bool)
-    context, weights = att(torch.randn(1, D, dtype=torch.float64), att.prepare(memory, mask), memory, mask)
+    context, weights = attend(
+        att, torch.randn(1, D, dtype=torch.float64), att.prepare(memory, mask), memory, mask
+    )
     assert context.shape == (1, D) and weights.shape == (1, 1)
     assert 0 < float(weights.detach()) <= 1
 
@@ -157,9 +171,9 @@ def test_batch_of_one_and_length_one(kind):
 def test_local_attention_never_weighs_outside_its_window(kind):
     att, query, memory, mask = setup(kind)
     keys = att.prepare(memory, mask)
-    _, weights = att(query, keys, memory, mask, step=0)
+    _, weights = attend(att, query, keys, memory, mask)
     src_len = mask.sum(-1, keepdim=True)
-    centre = att.centre(query, src_len, 0)  # (B, T)
+    centre = att.centre(query, src_len, torch.arange(T).expand(query.size(0), T))  # (B, T)
     distance = (torch.arange(S)[None, None, :] - centre[..., None]).abs()
     assert (weights[distance > att.D] == 0).all()
     assert (weights[(distance <= att.D) & mask[:, None, :]] > 0).all()
@@ -167,7 +181,7 @@ def test_local_attention_never_weighs_outside_its_window(kind):
 
 def test_none_attention_gives_no_context():
     att, query, memory, mask = setup("none")
-    context, weights = att(query, att.prepare(memory, mask), memory, mask)
+    context, weights = attend(att, query, att.prepare(memory, mask), memory, mask)
     assert (context == 0).all() and (weights == 0).all()
 
 
@@ -183,8 +197,8 @@ def test_attention_dropout_acts_in_training_only():
     att, query, memory, mask = setup("general", dropout=0.5)
     keys = att.prepare(memory, mask)
     att.train()
-    context_train, _ = att(query, keys, memory, mask)
+    context_train, _ = attend(att, query, keys, memory, mask)
     att.eval()
-    context_eval, weights = att(query, keys, memory, mask)
+    context_eval, weights = attend(att, query, keys, memory, mask)
     assert not torch.allclose(context_train, context_eval)
     torch.testing.assert_close(torch.bmm(weights.to(memory.dtype), memory), context_eval)

@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from nmt.config import DecoderConfig, ModelConfig, config_from_dict
-from nmt.data.tokenizer import BOS, EOS, PAD
 from nmt.model.attention import Attention
-from nmt.model.bridge import Bridge, build_bridge
+from nmt.model.bridge import Bridge
 from nmt.model.decoder import Decoder
 from nmt.model.init import INITIALISERS
 from nmt.model.seq2seq import Seq2Seq
+from nmt.vocab import BOS, EOS, PAD
 
 V = 24
 
@@ -81,7 +81,7 @@ def test_encoder_result_does_not_depend_on_padding_or_batch():
 def test_bridges_give_one_state_per_decoder_layer(bridge):
     h = torch.randn(2, 2, 3, 16)  # (L_enc, directions, B, H)
     c = torch.randn(2, 2, 3, 16)
-    h0, c0 = build_bridge(bridge, 16, 32, 2)(h, c)
+    h0, c0 = Bridge.build(bridge, 16, 32, 2)(h, c)
     assert h0.shape == c0.shape == (2, 3, 32)
     if bridge == "last":
         torch.testing.assert_close(h0[1, 0], torch.cat([h[1, 0, 0], h[1, 1, 0]]))
@@ -99,7 +99,7 @@ def test_parallel_luong_path_equals_stepping(attention):
     parallel_logits, parallel_weights = model.decoder(tgt_in, state, mem)
     stepped_logits, stepped_weights = [], []
     for t in range(tgt_in.size(1)):
-        logits, state, weights = model.decoder.step(tgt_in[:, t], state, mem, t)
+        logits, state, weights = model.step(tgt_in[:, t], state, mem, torch.full((tgt_in.size(0),), t))
         stepped_logits.append(logits)
         stepped_weights.append(weights)
     stepped_logits, stepped_weights = torch.stack(stepped_logits, 1), torch.stack(stepped_weights, 1)
@@ -161,7 +161,7 @@ def test_teacher_forcing_equals_stepping_for_recurrent_decoders(style, feeding):
     assert not model.decoder.parallel
     logits, _ = model.decoder(tgt_in, state, mem)
     for t in range(tgt_in.size(1)):
-        step_logits, state, _ = model.decoder.step(tgt_in[:, t], state, mem, t)
+        step_logits, state, _ = model.step(tgt_in[:, t], state, mem, torch.full((tgt_in.size(0),), t))
         torch.testing.assert_close(logits[:, t], step_logits, atol=1e-5, rtol=1e-5)
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 
 from nmt.config import load_config
+from nmt.rundir import prepare_run_dir
 from nmt.train import distributed
-from nmt.train.trainer import Trainer, prepare_run_dir
+from nmt.train.trainer import Trainer
 
 run_dir, overrides = Path(sys.argv[1]), sys.argv[2:]
 distributed.init()

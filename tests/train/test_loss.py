@@ -6,9 +6,10 @@ import torch.nn.functional as F
 
 from nmt.config import TrainConfig
 from nmt.data.batching import Batch
-from nmt.data.tokenizer import EOS, PAD
+from nmt.model.output import LinearCrossEntropy
 from nmt.model.seq2seq import Seq2Seq
-from nmt.train.loss import LinearCrossEntropy, TokenLoss, batch_loss, loss_sums
+from nmt.train.loss import TokenLoss, batch_loss, loss_sums
+from nmt.vocab import EOS, PAD
 from tests.model.test_seq2seq import V, batch, model_config
 
 

@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 
 from nmt.cli import app
 from nmt.config import TrainConfig
-from nmt.data.tokenizer import PAD
 from nmt.errors import NMTError
+from nmt.rundir import prepare_run_dir, read_metrics
 from nmt.train.loss import loss_sums, teacher_forcing_ratio
-from nmt.train.schedule import build_schedule
-from nmt.train.trainer import Trainer, prepare_run_dir, read_metrics
+from nmt.train.schedule import Schedule
+from nmt.train.trainer import Trainer
+from nmt.vocab import PAD
 from tests.conftest import tiny_config
 
 runner = CliRunner()
@@ -220,12 +221,12 @@ def test_teacher_forcing_schedule():
 def lr_trace(cfg, events):
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    schedule = build_schedule(opt, cfg)
+    schedule = Schedule.build(cfg.schedule, opt, cfg)
     trace = []
     for kind, value in events:
         getattr(schedule, f"on_{kind}")(value)
         trace.append(round(schedule.lr, 8))
-    restored = build_schedule(torch.optim.SGD(model.parameters(), lr=cfg.lr), cfg)
+    restored = Schedule.build(cfg.schedule, torch.optim.SGD(model.parameters(), lr=cfg.lr), cfg)
     restored.load_state_dict(schedule.state_dict())
     assert restored.state_dict() == schedule.state_dict()
     return trace

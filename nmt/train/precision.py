@@ -1,4 +1,4 @@
-"""Device choice and mixed precision. AMP is a CUDA feature: on this project's CPUs autocast
+"""Mixed precision. AMP is a CUDA feature: on this project's CPUs autocast
 around nn.LSTM raises and bf16 matmuls are 10-20x slower, so CPU runs are always fp32."""
 
 from __future__ import annotations
@@ -8,24 +8,6 @@ import contextlib
 import torch
 
 from nmt.errors import NMTError
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise NMTError(f"device: unknown device {name!r} (auto, cpu, cuda, cuda:N or mps)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise NMTError(f"device: {name} asked for, but this torch sees no CUDA device")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise NMTError(f"device: {name} asked for, but MPS is not available")
-    return device
 
 
 class Precision:
