@@ -35,8 +35,8 @@ format: install
 # which the demo rewrites each time.
 demo: install
 	rm -rf $(DEMO_DIR)
-	$(NMT) data toy --out $(DEMO_DIR)/data
-	$(NMT) train --config toy-luong.yaml --set data.dir=$(DEMO_DIR)/data --out $(DEMO_DIR)/run
+	$(NMT) data toy --output $(DEMO_DIR)/data
+	$(NMT) train --config toy-luong.yaml --set data.dir=$(DEMO_DIR)/data --output $(DEMO_DIR)/run
 	$(NMT) translate --model $(DEMO_DIR)/run --input $(DEMO_DIR)/data/test.human \
 	    --output $(DEMO_DIR)/test.hyp --plot-attention $(DEMO_DIR)/attention --plot-first 3
 	$(NMT) eval --hyp $(DEMO_DIR)/test.hyp --ref $(DEMO_DIR)/data/test.iso

@@ -202,17 +202,42 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Apply one `section.key=value`; the value is parsed as YAML (so `3`, `true`, `[1, 2]` work)."""
+    """Apply one `section.key=value`; the value is parsed as YAML (so `3`, `true`, `[1, 2]` work).
+
+    The key is checked against the config's fields and the value against the key's type right
+    here, so a mistake is reported as coming from the command line, with a suggestion for a typo.
+    """
     key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise NMTError(f"--set {item}: expected section.key=value")
-    *parents, leaf = key.strip().split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise NMTError(f"--set {item}: {part} is not a section")
-    node[leaf] = yaml.safe_load(value)
+    if not sep or not key.strip():
+        raise NMTError(f"--set {item}: expected section.key=value, e.g. model.attention.type=general")
+    parts = key.strip().split(".")
+    cls, node, hint = Config, raw, None
+    for depth, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        if part not in fields:
+            where = ".".join(parts[:depth]) or "the top level"
+            if not fields:
+                raise NMTError(f"--set {item}: {where} is a value, not a section")
+            raise NMTError(f"--set {item}: {where} has no key {part!r}{_did_you_mean(part, fields)}")
+        hint = typing.get_type_hints(cls)[part]
+        if depth < len(parts) - 1:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise NMTError(f"--set {item}: {part} is not a section")
+            cls = hint
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise NMTError(f"--set {item}: the value is not valid YAML ({str(e).splitlines()[0]})") from None
+    _convert(hint, parsed, "--set", key.strip())
+    node[parts[-1]] = parsed
+
+
+def _did_you_mean(name: str, known) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(known)})"
 
 
 def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
@@ -221,9 +246,9 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
         raise NMTError(f"{source}: {where}: expected a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
+    unknown = sorted(set(raw) - set(fields), key=str)
     if unknown:
-        raise NMTError(f"{source}: {prefix}{unknown[0]}: unknown key (known: {', '.join(fields)})")
+        raise NMTError(f"{source}: {prefix}{unknown[0]}: unknown key{_did_you_mean(str(unknown[0]), fields)}")
     values = {}
     for name, f in fields.items():
         key = f"{prefix}{name}"
@@ -346,3 +371,26 @@ def decode_settings(base: DecodeConfig, overrides: dict[str, Any], source: str) 
     settings = _build(DecodeConfig, raw, source, "decode.")
     validate_decode(settings, source)
     return settings
+
+
+def describe_config(cfg: Config) -> str:
+    """The config as YAML with every default filled in and each key's description as a comment:
+    the reference of every setting, for `nmt configs --show`."""
+    lines: list[str] = []
+
+    def walk(obj: Any, indent: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            doc = f.metadata.get("doc", "")
+            comment = f"  # {doc}" if doc else ""
+            if dataclasses.is_dataclass(value):
+                lines.append(f"{indent}{f.name}:{comment}")
+                walk(value, indent + "  ")
+            else:
+                text = yaml.safe_dump(
+                    {f.name: value}, default_flow_style=True, allow_unicode=True, width=10**6
+                )
+                lines.append(f"{indent}{text.strip()[1:-1]}{comment}")
+
+    walk(cfg, "")
+    return "\n".join(lines) + "\n"

@@ -28,3 +28,28 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise NMTError(f"device: {name} asked for, but MPS is not available; use --device cpu")
     return device
+
+
+def environment_report() -> str:
+    """What a bug report needs: versions, the devices torch sees, and its thread count."""
+    import platform
+
+    import numpy
+    import sacrebleu
+    import sentencepiece
+
+    from nmt import __version__
+
+    cuda = torch.cuda.is_available()
+    devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    lines = [
+        f"nmt {__version__}",
+        f"python {platform.python_version()} ({platform.platform()})",
+        f"torch {torch.__version__} (CUDA build {torch.version.cuda or 'none'})",
+        f"CUDA available: {cuda}" + (f" ({', '.join(devices)})" if devices else ""),
+        f"MPS available: {torch.backends.mps.is_available()}",
+        f"threads: {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
+        f"sentencepiece {sentencepiece.__version__}, sacrebleu {sacrebleu.__version__}, "
+        f"numpy {numpy.__version__}",
+    ]
+    return "\n".join(lines)

@@ -55,14 +55,22 @@ def test_config_error_names_file_and_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: {src_lang: de, tgt_lang: en}\nmodel: {attention: {type: fancy}}\n")
     fails_cleanly(
-        ["train", "--config", str(bad), "--out", str(tmp_path / "run")], str(bad), "model.attention.type"
+        ["train", "--config", str(bad), "--output", str(tmp_path / "run")], str(bad), "model.attention.type"
     )
 
 
 def test_mismatched_line_counts(tmp_path, toy_dir):
     (tmp_path / "train.human").write_text("a\nb\n")
     (tmp_path / "train.iso").write_text("a\n")
-    args = ["train", "-c", "toy-luong.yaml", "--set", f"data.dir={tmp_path}", "--out", str(tmp_path / "run")]
+    args = [
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        "--set",
+        f"data.dir={tmp_path}",
+        "--output",
+        str(tmp_path / "run"),
+    ]
     fails_cleanly(args, "has 2 lines but", "has 1")
 
 

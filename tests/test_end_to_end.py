@@ -37,7 +37,7 @@ def train_toy(toy_dir, out, *extra):
         "-c",
         "toy-luong.yaml",
         *sets([*TINY, f"data.dir={toy_dir}", *extra]),
-        "--out",
+        "--output",
         out,
         "--quiet",
     )
@@ -112,7 +112,7 @@ def test_translate_keeps_empty_lines_and_line_count(trained):
 def test_existing_run_is_never_overwritten(trained, toy_dir):
     before = (trained / "checkpoints" / "last.pt").read_bytes()
     result = runner.invoke(
-        app, ["train", "-c", "toy-luong.yaml", "--set", f"data.dir={toy_dir}", "--out", str(trained)]
+        app, ["train", "-c", "toy-luong.yaml", "--set", f"data.dir={toy_dir}", "--output", str(trained)]
     )
     assert result.exit_code == 2 and "already holds a run" in result.stderr
     assert (trained / "checkpoints" / "last.pt").read_bytes() == before
@@ -134,13 +134,13 @@ def test_resume_continues_and_refuses_changed_maths(trained, tmp_path):
 def test_the_demo_model_learns_the_toy_task(tmp_path):
     """The demo's config, trained briefly on the full toy corpus, gets most dates exactly right."""
     data = tmp_path / "data"
-    invoke("data", "toy", "--out", data)
+    invoke("data", "toy", "--output", data)
     invoke(
         "train",
         "-c",
         "toy-luong.yaml",
         *sets([f"data.dir={data}", "train.max_steps=500", "train.valid_every=500"]),
-        "--out",
+        "--output",
         tmp_path / "run",
         "--quiet",
     )

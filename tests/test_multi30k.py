@@ -32,7 +32,7 @@ def test_train_briefly_then_eval_prints_bleu_by_length(tmp_path):
         "decode.beam=1",
         "decode.batch_size=200",
     ]
-    args = ["train", "-c", "multi30k-luong-dot.yaml", "--out", str(tmp_path / "run"), "--quiet"]
+    args = ["train", "-c", "multi30k-luong-dot.yaml", "--output", str(tmp_path / "run"), "--quiet"]
     result = runner.invoke(app, args + [x for o in overrides for x in ("--set", o)])
     assert result.exit_code == 0, result.output
     src, ref = MULTI30K / "test_2016_flickr.de", MULTI30K / "test_2016_flickr.en"

@@ -81,13 +81,15 @@ def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_pat
     "args,message",
     [
         (["--beam", "0"], "--beam"),
-        (["--batch-type", "words"], "decode.batch_type"),
+        (["--batch-type", "words"], "'words' is not one of 'sentences', 'tokens'"),
+        (["--bogus"], "No such option: --bogus (see nmt translate --help)"),
         (["-i", "missing.txt"], "file not found"),
     ],
 )
 def test_bad_options_fail_cleanly(model, args, message):
     result = runner.invoke(app, ["translate", "-m", str(model), *args], input="x\n")
     assert result.exit_code == 2 and message in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_incompatible_checkpoint_version(model, tmp_path):

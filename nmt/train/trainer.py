@@ -24,7 +24,7 @@ from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.model.seq2seq import Seq2Seq, count_parameters
-from nmt.rundir import LAST, prepare_run_dir, read_metrics, resume_config
+from nmt.rundir import CHECKPOINTS, LAST, prepare_run_dir, read_metrics, resume_config
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.loss import TokenLoss, batch_loss
@@ -57,6 +57,14 @@ class TrainResult:
     stopped: str  # why training ended
     last_valid: dict
     rank: int  # 0 for the process that reports under torchrun
+
+    def summary(self) -> str:
+        """The one line `nmt train` ends with."""
+        best = "none" if self.best is None else f"{self.best:.2f}"
+        return (
+            f"trained {self.steps} steps ({self.stopped}); best valid {self.metric} {best}; "
+            f"checkpoints in {self.run_dir / CHECKPOINTS}"
+        )
 
 
 class Trainer:

@@ -136,7 +136,7 @@ def test_eval_cli_table_json_plot_and_details(tmp_path):
             "has 1 lines but the references have",
         ),
         (lambda d: (d / "e").write_text(""), ["--hyp", "a", "--ref", "e"], "reference file is empty"),
-        (lambda d: None, ["--hyp", "a", "--ref", "ref", "--tokenize", "moses"], "unknown tokenizer"),
+        (lambda d: None, ["--hyp", "a", "--ref", "ref", "--tokenize", "moses"], "is not one of '13a'"),
         (
             lambda d: (d / "u").write_bytes(b"ok\n\xff\n"),
             ["--hyp", "u", "--ref", "ref"],

@@ -47,7 +47,7 @@ def nmt_train(toy_dir, out, *extra, check=True):
         "-c",
         "toy-luong.yaml",
         *sets([*BASE, f"data.dir={toy_dir}", *extra]),
-        "--out",
+        "--output",
         str(out),
         "-q",
     ]
@@ -64,7 +64,18 @@ def losses(run):
 def train_command(toy_dir, out, *extra):
     """`nmt train` as a separate process, so a test can kill or interrupt it."""
     overrides = sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000", *extra])
-    return [sys.executable, "-m", "nmt", "train", "-c", "toy-luong.yaml", *overrides, "--out", str(out), "-q"]
+    return [
+        sys.executable,
+        "-m",
+        "nmt",
+        "train",
+        "-c",
+        "toy-luong.yaml",
+        *overrides,
+        "--output",
+        str(out),
+        "-q",
+    ]
 
 
 def subprocess_env():

@@ -1,0 +1,120 @@
+"""The Typer application, its sub-groups, and the options every command shares.
+
+Each command module registers its commands here and holds no logic of its own: it parses,
+calls one library function and prints. Heavy packages (torch, datasets, sacrebleu, matplotlib)
+are imported inside the commands, so `nmt --help` and tab completion stay instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer import _click as click  # typer >= 0.29 vendors click
+from typer.core import TyperGroup
+
+from nmt.errors import NMTError
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (an unknown option, a bad choice, a missing value) as one line on stderr with
+    exit code 2, like every other error a user can make, instead of click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:  # `nmt` or `nmt data` alone: the help
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
+        except click.exceptions.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "nmt"
+            click.echo(f"error: {where}: {e.format_message()} (see {where} --help)", err=True)
+            sys.exit(2)
+        except click.exceptions.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    name="nmt",
+    help="Attentional LSTM neural machine translation: data, training, decoding, evaluation.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # plain help that reads like other tools' and fits 80 columns
+    pretty_exceptions_show_locals=False,
+)
+data_app = typer.Typer(help="Get parallel text ready (nmt data toy --output data/toy).", no_args_is_help=True)
+plot_app = typer.Typer(
+    help="Plots of attention and training (nmt plot curves runs/toy).", no_args_is_help=True
+)
+
+
+def builtin_config_names(incomplete: str = "") -> list[str]:
+    """Shell completion for --config: the built-in configs whose name starts with `incomplete`."""
+    from nmt.config import builtin_configs
+
+    return [p.name for p in builtin_configs() if p.name.startswith(incomplete)]
+
+
+ConfigOption = Annotated[
+    str,
+    typer.Option(
+        "--config",
+        "-c",
+        metavar="FILE|NAME",
+        help="YAML file, or the name of a built-in config (nmt configs).",
+        autocompletion=builtin_config_names,
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a config value, e.g. model.attention.type=bahdanau (repeatable).",
+    ),
+]
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        metavar="[auto|cpu|cuda|cuda:N|mps]",
+        help="Where to run; auto takes CUDA, then MPS, then the CPU.",
+        autocompletion=lambda incomplete: [
+            d for d in ("auto", "cpu", "cuda", "mps") if d.startswith(incomplete)
+        ],
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
+
+
+def output_option(help: str) -> typer.models.OptionInfo:
+    """The one spelling of an output option across commands: -o / --output PATH."""
+    return typer.Option("--output", "-o", metavar="PATH", help=help)
+
+
+def user_errors(command):
+    """Turn an NMTError into one line on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except NMTError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper
+
+
+def echo_written(path: Path) -> None:
+    typer.echo(f"wrote {path}")

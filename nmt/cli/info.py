@@ -1,0 +1,56 @@
+"""`nmt configs` and `nmt env`, and the `--version` flag: what a user asks before and when filing a bug."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nmt import __version__
+from nmt.cli.app import app, builtin_config_names, user_errors
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nmt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command()
+@user_errors
+def configs(
+    show: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE|NAME",
+            help="Print this config with every default filled in and each key described.",
+            autocompletion=builtin_config_names,
+        ),
+    ] = None,
+) -> None:
+    """List the built-in configs, or show one in full (nmt configs --show toy-luong.yaml)."""
+    from nmt.config import builtin_configs, describe_config, load_config
+
+    if show is not None:
+        typer.echo(describe_config(load_config(show)), nl=False)
+        return
+    for path in builtin_configs():
+        first = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+        typer.echo(f"{path.name:32} {first}")
+
+
+@app.command()
+def env() -> None:
+    """Versions, devices and threads, to paste into a bug report (nmt env)."""
+    from nmt.device import environment_report
+
+    typer.echo(environment_report())

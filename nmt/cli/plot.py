@@ -1,0 +1,49 @@
+"""`nmt plot attention | curves`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nmt.cli.app import echo_written, output_option, plot_app, user_errors
+
+
+@plot_app.command("attention")
+@user_errors
+def plot_attention(
+    output: Annotated[Path, output_option("PNG file to write.")],
+    attention: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="A JSONL file from nmt translate --attention.")
+    ] = None,
+    index: Annotated[
+        int, typer.Option(min=1, metavar="INT", help="Which sentence of the JSONL file (1-based).")
+    ] = 1,
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", metavar="PATH", help="Or: a checkpoint ...")
+    ] = None,
+    sentence: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="... and a sentence to translate.")
+    ] = None,
+    beam: Annotated[int, typer.Option(min=1, metavar="INT", help="Beam size with --model.")] = 1,
+) -> None:
+    """Attention heatmap of one sentence (nmt plot attention --attention att.jsonl -o a.png)."""
+    from nmt.evaluate.report import plot_attention_of
+
+    plot_attention_of(output, attention, index, model, sentence, beam)
+    echo_written(output)
+
+
+@plot_app.command("curves")
+@user_errors
+def plot_curves(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="Run directories to overlay.")],
+    output: Annotated[Path, output_option("PNG file to write.")] = Path("curves.png"),
+) -> None:
+    """Loss, perplexity and BLEU vs step and wall time (nmt plot curves runs/a runs/b -o c.png)."""
+    from nmt.plots import training_curves
+    from nmt.rundir import read_metrics
+
+    training_curves({str(run): read_metrics(run) for run in runs}, output)
+    echo_written(output)

@@ -1,0 +1,38 @@
+"""`nmt train`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nmt.cli.app import QuietOption, SetOption, app, builtin_config_names, output_option, user_errors
+
+
+@app.command()
+@user_errors
+def train(
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="FILE|NAME",
+            help="YAML file or built-in config name (not needed with --resume).",
+            autocompletion=builtin_config_names,
+        ),
+    ] = None,
+    set_: SetOption = None,
+    output: Annotated[Path | None, output_option("Run directory (default runs/CONFIG).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option(metavar="RUN_DIR", help="Continue the run in this directory.")
+    ] = None,
+    quiet: QuietOption = False,
+) -> None:
+    """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy)."""
+    from nmt.train.trainer import train as run_training
+
+    result = run_training(config, set_ or [], output, resume, quiet)
+    if result.rank == 0:
+        typer.echo(result.summary())
