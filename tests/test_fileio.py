@@ -45,6 +45,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
 
 
 def test_importing_fileio_does_not_touch_the_umask():
+    from pathlib import Path
+
     import nmt.fileio
 
-    assert "os.umask(" not in open(nmt.fileio.__file__).read()
+    assert "os.umask(" not in Path(nmt.fileio.__file__).read_text()
