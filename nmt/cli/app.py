@@ -74,16 +74,18 @@ def builtin_config_names(incomplete: str = "") -> list[str]:
     return [p.name for p in builtin_configs() if p.name.startswith(incomplete)]
 
 
-ConfigOption = Annotated[
-    str,
-    typer.Option(
+def _config_option() -> typer.models.OptionInfo:
+    return typer.Option(
         "--config",
         "-c",
         metavar="FILE|NAME",
         help="YAML file, or the name of a built-in config (nmt configs).",
         autocompletion=builtin_config_names,
-    ),
-]
+    )
+
+
+ConfigOption = Annotated[str, _config_option()]
+OptionalConfigOption = Annotated[str | None, _config_option()]
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
