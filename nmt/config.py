@@ -424,6 +424,7 @@ RANGES = {
     ],
     "non_negative": [
         "tokenizer.sampling_alpha",
+        "train.lr",
         "train.weight_decay",
         "train.warmup_steps",
         "train.min_lr",
@@ -434,7 +435,7 @@ RANGES = {
         "train.average_last",
         "train.save_every_minutes",
     ],
-    "positive": ["model.init_scale", "train.lr", "train.clip"],
+    "positive": ["model.init_scale", "train.clip"],
     "probability": [
         "model.dropout",
         "model.encoder.dropout",

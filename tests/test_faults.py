@@ -82,8 +82,8 @@ CONFIG_CASES = {
         "heads: must be at least 1",
     ),
     "dropout above 1": (None, ["model.encoder.dropout=1.5"], "encoder.dropout: must be in [0, 1)"),
-    "negative lr": (None, ["train.lr=-0.1"], "train.lr: must be a finite number > 0"),
-    "NaN lr": (None, ["train.lr=.nan"], "train.lr: must be a finite number > 0"),
+    "negative lr": (None, ["train.lr=-0.1"], "train.lr: must be a finite number >= 0"),
+    "NaN lr": (None, ["train.lr=.nan"], "train.lr: must be a finite number >= 0"),
     "max_steps -1": (None, ["train.max_steps=-1"], "max_steps: must be at least 1"),
     "unknown key": (None, ["train.max_step=5"], "did you mean max_steps?"),
 }
