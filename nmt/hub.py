@@ -32,16 +32,24 @@ def resolve_model_path(path: str | Path) -> Path:
 def snapshot(repo: str, revision: str | None) -> Path:
     """The cached snapshot of `repo`, downloading it when the hub can be reached."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     where = f"hf://{repo}" + (f"@{revision}" if revision else "")
     try:
         return Path(snapshot_download(repo_id=repo, revision=revision))
     except HFValidationError as e:
         raise NMTError(f"{where}: not a valid hub repository name ({e})") from None
-    except Exception as e:  # offline mode, no connection, unknown repo or revision, no access
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except LocalEntryNotFoundError:
         raise NMTError(
-            f"{where}: cannot load the model: it is not in the local hub cache and the hub could not "
-            f"provide it ({reason}); check the name and your connection, or unset HF_HUB_OFFLINE"
+            f"{where}: not in the local hub cache ({hub_cache()}) and the hub cannot be reached "
+            "(offline, HF_HUB_OFFLINE=1, or no connection); download it once while online"
         ) from None
+    except Exception as e:  # unknown repo or revision, no access, a hub error
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise NMTError(f"{where}: the hub could not provide this model ({reason})") from None
+
+
+def hub_cache() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
