@@ -15,8 +15,8 @@ TINY = [
     "model.decoder.layers=2",
     "tokenizer.vocab_size=120",
     "train.log_every=10",
-    "train.valid_every=20",
-    "train.max_steps=60",
+    "train.valid_every=10",
+    "train.max_steps=30",
     "train.average_last=3",
     "decode.max_len=16",
 ]

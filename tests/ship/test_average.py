@@ -16,7 +16,7 @@ def snapshots(run):
 def test_average_of_a_run_is_the_mean_and_the_trainers_average(toy_run, tmp_path):
     out = tmp_path / "avg.pt"
     result = invoke("average", toy_run, "--last", 3, "-o", out)
-    assert "averaged 3 checkpoints (step-20.pt, step-40.pt, step-60.pt)" in result.output
+    assert "averaged 3 checkpoints (step-10.pt, step-20.pt, step-30.pt)" in result.output
     averaged = model_weights(read_checkpoint(out))
     parts = [model_weights(read_checkpoint(p)) for p in snapshots(toy_run)]
     name = "decoder.attention.W_a.weight"

@@ -45,7 +45,7 @@ def test_release_holds_weights_config_tokenizer_and_card(released, toy_run):
     config = (out / "config.yaml").read_text()
     assert "train:" not in config and "dir:" not in config and "attention:" in config
     card = (out / "README.md").read_text()
-    for expected in ("human -> iso", "`general`", "parameters", "60 steps", "nrefs:1|case:mixed", "chrF"):
+    for expected in ("human -> iso", "`general`", "parameters", "30 steps", "nrefs:1|case:mixed", "chrF"):
         assert expected in card, expected
 
 
