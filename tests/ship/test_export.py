@@ -51,7 +51,7 @@ def test_export_writes_graphs_tokenizer_and_config(exported):
         and config["attention"] == "general"
         and config["decode"]["max_len"] == 16
     )
-    assert "checked against torch: max difference" in output
+    assert "checked against torch: max relative difference" in output
 
 
 def test_onnx_engine_translates_like_torch(exported, toy_run, toy_dir, tmp_path):
@@ -95,6 +95,22 @@ def test_engines_refuse_each_others_models_in_one_line(exported, toy_run, tmp_pa
     result = invoke("translate", "-m", out, "-i", "/dev/null", code=2)
     assert "is an ONNX export; decode it with --engine onnx" in result.output
     assert "not empty" in invoke("export", toy_run, "-o", out, code=2).output
+
+
+def test_an_export_that_does_not_reproduce_torch_is_refused(toy_run, tmp_path, monkeypatch):
+    import nmt.ship.export as export
+
+    monkeypatch.setattr(export, "TOLERANCE", 0.0)
+    result = invoke("export", toy_run, "-o", tmp_path / "refused", code=2)
+    assert "luong decoder with general attention differ from torch" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "refused").exists()
+
+    def unsupported(*args):
+        raise RuntimeError("Exporting the operator 'aten::mystery' to ONNX opset version 17 is not supported")
+
+    monkeypatch.setattr(export, "export_graphs", unsupported)
+    result = invoke("export", toy_run, "-o", tmp_path / "refused", code=2)
+    assert "cannot be exported to ONNX (RuntimeError: Exporting the operator" in result.output
 
 
 STYLES = [  # every attention once, the decoder variants spread over them
