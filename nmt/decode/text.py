@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from nmt.config import Config, DecodeConfig, decode_settings
+from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ranking import Hypothesis
@@ -50,11 +50,6 @@ class TextTranslator:
         other = copy.copy(self)
         other.cfg = decode_settings(self.cfg, settings, "Translator.configured")
         return other
-
-    @staticmethod
-    def limits(cfg: Config) -> dict:
-        """The data limits and normalisation a model was trained with, which decoding keeps."""
-        return {"src_limit": cfg.data.max_len, "normalize_form": cfg.data.normalize}
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))

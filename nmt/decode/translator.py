@@ -47,7 +47,7 @@ class Translator(TextTranslator):
         """The translator a run's config describes: its decode settings (with `overrides`, checked
         like the config), and the data limits and normalisation the model was trained with."""
         settings = decode_settings(cfg.decode, overrides or {}, source)
-        return cls(model, tok, settings, device, **cls.limits(cfg))
+        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize)
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         src, src_len = pad_sources(rows)
