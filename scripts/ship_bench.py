@@ -1,6 +1,6 @@
 """What shipping a trained run gives: sizes, averaging, and the ONNX decoder against torch.
 
-    python scripts/ship_bench.py RUN_DIR --src test.src --ref test.ref [--last 4] [--beam 5]
+    python scripts/ship_bench.py RUN_DIR --src test.src --ref test.ref [--last 4] [--beam 5] [--lines N]
 
 For RUN_DIR it writes, into a temporary folder: the average of the last k snapshots, an fp32 and
 an fp16 release, and an ONNX export. It prints (as a Markdown table) their sizes against the
@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("run", type=Path)
     parser.add_argument("--src", type=Path, required=True)
     parser.add_argument("--ref", type=Path, required=True)
-    parser.add_argument("--last", type=int, default=4)
+    parser.add_argument("--last", type=int, default=4, help="snapshots to average (0: skip averaging)")
+    parser.add_argument("--lines", type=int, default=0, help="use only the first N test lines (0: all)")
     parser.add_argument("--beam", type=int, default=5)
     args = parser.parse_args()
 
@@ -60,13 +61,16 @@ def main() -> None:
     from nmt.ship.release import release
 
     src, ref = read_lines(args.src), read_lines(args.ref)
+    if args.lines:
+        src, ref = src[: args.lines], ref[: args.lines]
     work = Path(tempfile.mkdtemp(prefix="ship-bench-"))
     checkpoint = resolve_checkpoint(args.run)
 
     def bleu(hyps: list[str]) -> float:
         return evaluate({"x": hyps}, [ref], EvalOptions(bootstrap=0)).systems[0].scores["BLEU"]
 
-    print(average([args.run], args.last, work / "avg.pt"))
+    if args.last:
+        print(average([args.run], args.last, work / "avg.pt"))
     fp32 = release(args.run, work / "release", test_src=args.src, test_ref=args.ref)
     fp16 = release(args.run, work / "release-fp16", fp16=True)
     print(*export(args.run, work / "onnx"), sep="\n")
@@ -91,10 +95,11 @@ def main() -> None:
         name = "greedy" if beam == 1 else f"beam {beam}"
         print(f"| {name} | {differ} | {ts:.0f} | {os_:.0f} | {bt:.2f} | {bo:.2f} |")
 
-    best = [t.text for t in load_translator([args.run], {}).translate(src)]
-    averaged = [t.text for t in load_translator([work / "avg.pt"], {}).translate(src)]
-    print(f"\ntest BLEU (the config's decode settings): best.pt {bleu(best):.2f}, ", end="")
-    print(f"average of the last {args.last} snapshots {bleu(averaged):.2f}")
+    if args.last:
+        best = [t.text for t in load_translator([args.run], {}).translate(src)]
+        averaged = [t.text for t in load_translator([work / "avg.pt"], {}).translate(src)]
+        print(f"\ntest BLEU (the config's decode settings): best.pt {bleu(best):.2f}, ", end="")
+        print(f"average of the last {args.last} snapshots {bleu(averaged):.2f}")
 
     torch_env = package_bytes("torch")
     onnx_env = sum(

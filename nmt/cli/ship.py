@@ -14,7 +14,7 @@ from nmt.cli.app import DeviceOption, app, output_option, user_errors
 @user_errors
 def average(
     inputs: Annotated[
-        list[Path], typer.Argument(metavar="RUN_DIR | CKPT...", help="A run directory, or checkpoint files.")
+        list[Path], typer.Argument(metavar="RUN_DIR|CKPT", help="A run directory, or checkpoint files.")
     ],
     output: Annotated[Path, output_option("The averaged checkpoint (.pt).")],
     last: Annotated[
