@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from nmt.decode.translator import Translation, Translator
+from nmt.decode.text import TextTranslator, Translation
 from nmt.fileio import atomic_write_text, decode_lines, read_lines
 
 
@@ -46,7 +46,7 @@ def attention_record(index: int, t: Translation) -> dict:
 
 
 def translate_stream(
-    translator: Translator, lines: list[str], opts: OutputOptions, out: TextIO | None, quiet: bool
+    translator: TextTranslator, lines: list[str], opts: OutputOptions, out: TextIO | None, quiet: bool
 ) -> list[Translation]:
     """Translate `lines`, writing each result to `out` as soon as its turn comes (None: keep)."""
     from tqdm.auto import tqdm
@@ -62,7 +62,7 @@ def translate_stream(
 
 
 def translate_files(
-    translator: Translator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
+    translator: TextTranslator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
 ) -> str:
     """The whole `nmt translate`; returns a summary line for stderr ('' when nothing to say)."""
     if input is None and sys.stdin.isatty() and output is None:
@@ -97,7 +97,7 @@ def translate_files(
     return "\n".join(notes)
 
 
-def interactive(translator: Translator, opts: OutputOptions) -> None:
+def interactive(translator: TextTranslator, opts: OutputOptions) -> None:
     """A prompt: one sentence in, its translation out, until end of input (Ctrl-D)."""
     print("Type a sentence and press Enter; Ctrl-D quits.", file=sys.stderr)
     index = 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import read_checkpoint
+from nmt.checkpoint import average_checkpoints
 from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
 
@@ -44,9 +44,4 @@ class CheckpointKeeper:
         steps = [s for s, _ in validations[-self.average_last :]]
         if self.average_last < 2 or len(steps) < 2:
             return None
-        total: dict[str, torch.Tensor] = {}
-        for step in steps:
-            weights = read_checkpoint(self.snapshot(step))["model"]
-            for name, value in weights.items():
-                total[name] = total.get(name, 0) + value.double()
-        return {name: (value / len(steps)).float() for name, value in total.items()}
+        return average_checkpoints([self.snapshot(step) for step in steps])["model"]
