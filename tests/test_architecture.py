@@ -23,6 +23,7 @@ LAYERS = [
     ["nmt.decode"],
     ["nmt.evaluate"],
     ["nmt.train"],
+    ["nmt.serve"],
     ["nmt.cli"],
     ["nmt.__main__"],
 ]

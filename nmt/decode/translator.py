@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -14,8 +14,20 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import Hypothesis, StepModel, beam_search, greedy_search
+from nmt.decode.words import merge_pieces
 from nmt.errors import NMTError
+from nmt.model.seq2seq import count_parameters
 from nmt.vocab import EOS
+
+
+@dataclass
+class WordAttention:
+    """Attention of the best hypothesis between words (pieces merged, `decode.words`): one row
+    per target word, one column per source word; "</s>" is a word of its own on both sides."""
+
+    source: list[str]
+    target: list[str]
+    weights: list[list[float]]
 
 
 @dataclass
@@ -30,6 +42,45 @@ class Translation:
     def text(self) -> str:
         """The best translation."""
         return self.texts[0]
+
+    @property
+    def score(self) -> float:
+        """The best hypothesis's ranking score (length-normalised log-probability); 0 for an
+        empty input line."""
+        return self.hypotheses[0].score if self.hypotheses else 0.0
+
+    @property
+    def scores(self) -> list[float]:
+        """The score of each n-best hypothesis, best first, beside `texts`."""
+        return [h.score for h in self.hypotheses] or [0.0]
+
+    @property
+    def tokens(self) -> list[str]:
+        """The best hypothesis as the model wrote it: SentencePiece pieces, "</s>" included."""
+        return self.tgt_pieces
+
+    @property
+    def attention(self) -> WordAttention:
+        """Word-level attention of the best hypothesis (empty for an empty input line)."""
+        if not self.hypotheses:
+            return WordAttention([], [], [])
+        weights = self.hypotheses[0].attention[:, : len(self.src_pieces)].tolist()
+        return WordAttention(*merge_pieces(weights, self.src_pieces, self.tgt_pieces))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is: its languages, architecture and size, for people and for `/info`."""
+
+    src_lang: str
+    tgt_lang: str
+    attention: str  # model.attention.type
+    decoder: str  # model.decoder.style: luong or bahdanau
+    parameters: int  # trainable parameters (all members of an ensemble)
+    src_vocab: int
+    tgt_vocab: int
+    max_source_pieces: int  # longer sources are translated truncated
+    checkpoints: list[str] = field(default_factory=list)  # where it was loaded from
 
 
 class Translator:
@@ -47,9 +98,20 @@ class Translator:
         device: torch.device,
         src_limit: int = 10**9,
         normalize_form: str = "none",
+        info: ModelInfo | None = None,
     ):
         self.model, self.tok, self.cfg, self.device = model, tok, cfg, device
-        self.src_limit, self.normalize_form = src_limit, normalize_form
+        self.src_limit, self.normalize_form, self.info = src_limit, normalize_form, info
+
+    @classmethod
+    def load(
+        cls, path: str | Path | Sequence[str | Path], device: str = "auto", **settings: object
+    ) -> Translator:
+        """A translator for a checkpoint or a run directory (its best checkpoint), or for a list
+        of them decoding as an ensemble; `settings` replace the checkpoint's decode settings
+        (`beam=5`, `alpha=0.6`, ...). `device`: auto, cpu, cuda, cuda:N or mps."""
+        paths = [path] if isinstance(path, str | Path) else list(path)
+        return load_translator(paths, settings, device)
 
     @classmethod
     def from_config(
@@ -64,18 +126,35 @@ class Translator:
         """The translator a run's config describes: its decode settings (with `overrides`, checked
         like the config), and the data limits and normalisation the model was trained with."""
         settings = decode_settings(cfg.decode, overrides or {}, source)
-        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize)
+        members = model.models if isinstance(model, Ensemble) else [model]
+        info = ModelInfo(
+            src_lang=cfg.data.src_lang,
+            tgt_lang=cfg.data.tgt_lang,
+            attention=cfg.model.attention.type,
+            decoder=cfg.model.decoder.style,
+            parameters=sum(count_parameters(m) for m in members),
+            src_vocab=len(tok.src),
+            tgt_vocab=len(tok.tgt),
+            max_source_pieces=cfg.data.max_len,
+        )
+        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize, info)
 
-    def configured(self, **settings) -> Translator:
+    def configured(self, **settings: object) -> Translator:
         """The same model with other decode settings (`beam=5`, `alpha=0.6`, ...), checked."""
         cfg = decode_settings(self.cfg, settings, "Translator.configured")
-        return Translator(self.model, self.tok, cfg, self.device, self.src_limit, self.normalize_form)
+        return Translator(
+            self.model, self.tok, cfg, self.device, self.src_limit, self.normalize_form, self.info
+        )
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
 
-    def translate(self, lines: list[str], nbest: int = 1) -> list[Translation]:
-        return list(self.iter_translate(lines, nbest))
+    def translate(self, sentences: str | list[str], nbest: int = 1, **settings: object) -> list[Translation]:
+        """Translations of `sentences` in their order (a single string is one sentence), each
+        with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call."""
+        translator = self.configured(**settings) if settings else self
+        lines = [sentences] if isinstance(sentences, str) else list(sentences)
+        return list(translator.iter_translate(lines, nbest))
 
     def iter_translate(
         self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
@@ -148,4 +227,6 @@ def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu
                 f"from {checkpoints[0]}'s"
             )
     model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
-    return Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)
+    translator = Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)
+    translator.info = replace(translator.info, checkpoints=[str(p) for p in checkpoints])
+    return translator

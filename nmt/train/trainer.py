@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -401,9 +402,17 @@ class Trainer:
 
 
 def train(
-    config: str | None, overrides: list[str], out: Path | None, resume: Path | None, quiet: bool
+    config: str | Path | None,
+    overrides: list[str] | dict[str, Any] | None,
+    out: str | Path | None,
+    resume: str | Path | None,
+    quiet: bool,
 ) -> TrainResult:
-    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`."""
+    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`. `overrides`
+    are `--set` strings, or a {"section.key": value} dict (values as Python objects)."""
+    if isinstance(overrides, dict):
+        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    overrides = overrides or []
     distributed.init()
     try:
         if resume:
