@@ -62,6 +62,8 @@ class RequestLog:
 def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batcher) -> Starlette:
     """The server for `translators` (name -> translator; the first is the default)."""
 
+    default_beams = {name: t.cfg.beam for name, t in translators.items()}
+
     async def translate(request: Request) -> Response:
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limits.max_body_bytes:
@@ -72,7 +74,7 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
             if len(body) > limits.max_body_bytes:
                 return error(413, f"the request body is over {limits.max_body_bytes} bytes")
         try:
-            req = parse_translate(body, limits, translators)
+            req = parse_translate(body, limits, default_beams)
         except RequestError as e:
             return error(e.status, str(e))
         request.state.sentences = len(req.sentences)

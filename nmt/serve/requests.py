@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nmt.decode.translator import Translation, Translator
+from nmt.decode.translator import Translation
 from nmt.serve.batcher import Settings
 
 
@@ -48,8 +48,9 @@ class TranslateRequest:
 FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention")
 
 
-def parse_translate(body: bytes, limits: Limits, translators: dict[str, Translator]) -> TranslateRequest:
-    """The checked request; the first model served is the default."""
+def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) -> TranslateRequest:
+    """The checked request; `default_beams` maps each model served to its configured beam, and
+    the first model is the default."""
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -61,12 +62,12 @@ def parse_translate(body: bytes, limits: Limits, translators: dict[str, Translat
         raise RequestError(422, f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
     sentences = _sentences(data, limits)
 
-    model = data.get("model", next(iter(translators)))
+    model = data.get("model", next(iter(default_beams)))
     if not isinstance(model, str):
         raise RequestError(422, "model: must be a string")
-    if model not in translators:
-        raise RequestError(422, f"model: no model named {model!r} (served: {', '.join(translators)})")
-    beam = _integer(data, "beam", limits.max_beam, translators[model].cfg.beam)
+    if model not in default_beams:
+        raise RequestError(422, f"model: no model named {model!r} (served: {', '.join(default_beams)})")
+    beam = _integer(data, "beam", limits.max_beam, default_beams[model])
     nbest = _integer(data, "nbest", limits.max_nbest, 1)
     max_len = _integer(data, "max_len", limits.max_len, None)
     attention = data.get("attention", False)

@@ -72,10 +72,14 @@ def serve(models: list[str], options: ServeOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     log = logging.getLogger("nmt.serve")
     named = model_names(models)
-    translators = {name: load_translator([path], {}, options.device) for name, path in named.items()}
+    sock = bind(options.host, options.port)  # first: a busy port fails before minutes of loading
+    try:
+        translators = {name: load_translator([path], {}, options.device) for name, path in named.items()}
+    except BaseException:
+        sock.close()
+        raise
     batcher = Batcher(translators, options.max_batch, options.max_wait_ms, options.queue_size)
     app = build_app(translators, options.limits, batcher)
-    sock = bind(options.host, options.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     log.info(f"serving {', '.join(translators)} on http://{url_host}:{port} (Ctrl-C stops)")
