@@ -15,7 +15,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -69,10 +69,13 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
         if length and length.isdigit() and int(length) > limits.max_body_bytes:
             return error(413, f"the request body is {length} bytes, at most {limits.max_body_bytes}")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limits.max_body_bytes:
-                return error(413, f"the request body is over {limits.max_body_bytes} bytes")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limits.max_body_bytes:
+                    return error(413, f"the request body is over {limits.max_body_bytes} bytes")
+        except ClientDisconnect:
+            return error(400, "the client disconnected before sending the whole body")
         try:
             req = parse_translate(body, limits, default_beams)
         except RequestError as e:
