@@ -33,6 +33,21 @@ def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], pat
 def attention_heatmaps(panels: list[tuple], path: Path, columns: int = 1) -> None:
     """One heatmap per (title, weights, src_pieces, tgt_pieces) panel, on one figure, so that
     systems that translated the same sentence can be compared at a glance."""
+    save_png(attention_figure(panels, columns), path)
+
+
+def figure_pixels(fig):
+    """The figure as an RGB array (H, W, 3) of uint8, for trackers that take images; closes it."""
+    import numpy as np
+
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    pyplot().close(fig)
+    return pixels
+
+
+def attention_figure(panels: list[tuple], columns: int = 1):
+    """The figure of `attention_heatmaps`, unsaved."""
     import numpy as np
 
     plt = pyplot()
@@ -53,7 +68,7 @@ def attention_heatmaps(panels: list[tuple], path: Path, columns: int = 1) -> Non
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
-    save_png(fig, path)
+    return fig
 
 
 def bleu_by_length_chart(report, path: Path) -> None:
