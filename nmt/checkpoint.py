@@ -65,6 +65,9 @@ def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
         raise NMTError(f"{path}: not an nmt checkpoint ({type(e).__name__})") from None
     if not isinstance(state, dict) or "format_version" not in state:
         raise NMTError(f"{path}: not an nmt checkpoint")
+    missing = [key for key in ("config", "model", "tokenizers") if key not in state]
+    if missing:
+        raise NMTError(f"{path}: a damaged nmt checkpoint (no {', '.join(missing)})")
     if state["format_version"] != FORMAT_VERSION:
         raise NMTError(
             f"{path}: checkpoint format {state['format_version']} is not supported by this nmt "
@@ -81,10 +84,20 @@ def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers."""
+    path = resolve_checkpoint(path)
     state = read_checkpoint(path, device)
-    cfg = config_from_dict(state["config"], source=str(path))
-    tok = TokenizerPair.from_state(state["tokenizers"])
+    if not isinstance(state["config"], dict):
+        raise NMTError(f"{path}: a damaged nmt checkpoint (its config is not a mapping)")
+    cfg = config_from_dict(state["config"], source=f"{path} (its config)")
+    try:
+        tok = TokenizerPair.from_state(state["tokenizers"])
+    except (KeyError, TypeError, RuntimeError, OSError):
+        raise NMTError(f"{path}: a damaged nmt checkpoint (its tokenizer cannot be read)") from None
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
-    model.load_state_dict(model_weights(state))
+    try:
+        model.load_state_dict(model_weights(state))
+    except (RuntimeError, TypeError, AttributeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise NMTError(f"{path}: its weights do not match its config ({detail})") from None
     model.to(device).eval()
     return LoadedModel(cfg, model, tok, state)

@@ -72,6 +72,10 @@ def translate(
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
     from nmt.decode.output import OutputOptions, translate_files
     from nmt.decode.translator import load_translator
+    from nmt.fileio import check_outputs
+
+    models = {f"-m {path}": path for path in model}
+    check_outputs({"-o": output, "--attention": attention}, {"-i": input, **models})
 
     overrides = {
         "beam": beam,

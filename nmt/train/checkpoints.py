@@ -3,12 +3,12 @@ snapshots (step-N.pt), and the average of the last n."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
 from nmt.checkpoint import read_checkpoint
+from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
 
 
@@ -29,10 +29,10 @@ class CheckpointKeeper:
         """`last.pt` has just been written for the newest validation; copy and prune the rest."""
         step = validations[-1][0]
         if improved:
-            shutil.copyfile(self.directory / LAST, self.directory / BEST)
+            atomic_copy(self.directory / LAST, self.directory / BEST)
         if not self.keeps_snapshots:
             return
-        shutil.copyfile(self.directory / LAST, self.snapshot(step))
+        atomic_copy(self.directory / LAST, self.snapshot(step))
         ranked = sorted(validations, key=lambda sv: -self.sign * sv[1])
         keep = {s for s, _ in ranked[: self.keep_best]} | {s for s, _ in validations[-self.average_last :]}
         for path in self.directory.glob("step-*.pt"):
