@@ -6,12 +6,12 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR   ?= demo
 # the optional extras the tests exercise, so `make test` runs every integration for real
-EXTRAS     ?= dev,tensorboard,mlflow,onnx
+EXTRAS     ?= dev,serve,tensorboard,mlflow,onnx
 BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format bench study clean
+.PHONY: install test demo lint format bench bench-serve study clean
 
 install: $(STAMP)
 
@@ -50,6 +50,13 @@ demo: install
 # toy task); under 10 minutes on 2 CPU cores, a few more the first time (it trains a checkpoint).
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# `nmt serve` against `nmt translate` on the Multi30k test sentences (else the toy task): 1, 8 and
+# 32 concurrent clients, one sentence a request; trains a 3-minute model the first time.
+# BENCH_SERVE_ARGS="--model CKPT --input FILE" to use your own.
+BENCH_SERVE_ARGS ?=
+bench-serve: install
+	$(BIN)/python scripts/bench_serve.py $(BENCH_SERVE_ARGS)
 
 # "Bahdanau or Luong?": nine attentions trained on Multi30k de-en with one budget, scored and timed;
 # regenerates docs/study.md (about 20 minutes on 2 CPU cores). STUDY_ARGS="--budget full" for the

@@ -25,6 +25,7 @@ LAYERS = [
     ["nmt.evaluate"],
     ["nmt.ship"],
     ["nmt.train"],
+    ["nmt.serve"],
     ["nmt.cli"],
     ["nmt.__main__"],
 ]

@@ -101,6 +101,7 @@ def test_eval_needs_hyp_or_model(tmp_path):
 COMMANDS = [
     ["train"],
     ["translate"],
+    ["serve"],
     ["eval"],
     ["configs"],
     ["data", "toy"],

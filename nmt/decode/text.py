@@ -15,7 +15,18 @@ from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ranking import Hypothesis
+from nmt.decode.words import merge_pieces
 from nmt.vocab import EOS
+
+
+@dataclass
+class WordAttention:
+    """Attention of the best hypothesis between words (pieces merged, `decode.words`): one row
+    per target word, one column per source word; "</s>" is a word of its own on both sides."""
+
+    source: list[str]
+    target: list[str]
+    weights: list[list[float]]
 
 
 @dataclass
@@ -30,6 +41,30 @@ class Translation:
     def text(self) -> str:
         """The best translation."""
         return self.texts[0]
+
+    @property
+    def score(self) -> float:
+        """The best hypothesis's ranking score (length-normalised log-probability); 0 for an
+        empty input line."""
+        return self.hypotheses[0].score if self.hypotheses else 0.0
+
+    @property
+    def scores(self) -> list[float]:
+        """The score of each n-best hypothesis, best first, beside `texts`."""
+        return [h.score for h in self.hypotheses] or [0.0]
+
+    @property
+    def tokens(self) -> list[str]:
+        """The best hypothesis as the model wrote it: SentencePiece pieces, "</s>" included."""
+        return self.tgt_pieces
+
+    @property
+    def attention(self) -> WordAttention:
+        """Word-level attention of the best hypothesis (empty for an empty input line)."""
+        if not self.hypotheses:
+            return WordAttention([], [], [])
+        weights = self.hypotheses[0].attention[:, : len(self.src_pieces)].tolist()
+        return WordAttention(*merge_pieces(weights, self.src_pieces, self.tgt_pieces))
 
 
 class TextTranslator:
@@ -54,8 +89,12 @@ class TextTranslator:
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
 
-    def translate(self, lines: list[str], nbest: int = 1) -> list[Translation]:
-        return list(self.iter_translate(lines, nbest))
+    def translate(self, sentences: str | list[str], nbest: int = 1, **settings: object) -> list[Translation]:
+        """Translations of `sentences` in their order (a single string is one sentence), each
+        with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call."""
+        translator = self.configured(**settings) if settings else self
+        lines = [sentences] if isinstance(sentences, str) else list(sentences)
+        return list(translator.iter_translate(lines, nbest))
 
     def iter_translate(
         self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None

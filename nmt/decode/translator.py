@@ -3,6 +3,8 @@ with a Seq2Seq (or an ensemble of them), and `load_translator` for any model pat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -13,10 +15,26 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.ranking import Hypothesis
 from nmt.decode.search import StepModel, beam_search, greedy_search
-from nmt.decode.text import TextTranslator, Translation
+from nmt.decode.text import TextTranslator, Translation, WordAttention
 from nmt.errors import NMTError
+from nmt.model.seq2seq import count_parameters
 
-__all__ = ["Translation", "Translator", "load_translator"]
+__all__ = ["ModelInfo", "Translation", "Translator", "WordAttention", "load_translator"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is: its languages, architecture and size, for people and for `/info`."""
+
+    src_lang: str
+    tgt_lang: str
+    attention: str  # model.attention.type
+    decoder: str  # model.decoder.style: luong or bahdanau
+    parameters: int  # trainable parameters (all members of an ensemble)
+    src_vocab: int
+    tgt_vocab: int
+    max_source_pieces: int  # longer sources are translated truncated
+    checkpoints: list[str] = field(default_factory=list)  # where it was loaded from
 
 
 class Translator(TextTranslator):
@@ -30,9 +48,21 @@ class Translator(TextTranslator):
         device: torch.device,
         src_limit: int = 10**9,
         normalize_form: str = "none",
+        info: ModelInfo | None = None,
     ):
         super().__init__(tok, cfg, src_limit, normalize_form)
-        self.model, self.device = model, device
+        self.model, self.device, self.info = model, device, info
+
+    @classmethod
+    def load(
+        cls, path: str | Path | Sequence[str | Path], device: str = "auto", **settings: object
+    ) -> Translator:
+        """A translator for a checkpoint, a run directory (its best checkpoint), a release
+        directory or an `hf://` path, or for a list of them decoding as an ensemble; `settings`
+        replace the model's decode settings (`beam=5`, `alpha=0.6`, ...). `device`: auto, cpu,
+        cuda, cuda:N or mps."""
+        paths = [path] if isinstance(path, str | Path) else list(path)
+        return load_translator(paths, settings, device)
 
     @classmethod
     def from_config(
@@ -47,7 +77,18 @@ class Translator(TextTranslator):
         """The translator a run's config describes: its decode settings (with `overrides`, checked
         like the config), and the data limits and normalisation the model was trained with."""
         settings = decode_settings(cfg.decode, overrides or {}, source)
-        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize)
+        members = model.models if isinstance(model, Ensemble) else [model]
+        info = ModelInfo(
+            src_lang=cfg.data.src_lang,
+            tgt_lang=cfg.data.tgt_lang,
+            attention=cfg.model.attention.type,
+            decoder=cfg.model.decoder.style,
+            parameters=sum(count_parameters(m) for m in members),
+            src_vocab=len(tok.src),
+            tgt_vocab=len(tok.tgt),
+            max_source_pieces=cfg.data.max_len,
+        )
+        return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize, info)
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         src, src_len = pad_sources(rows)
@@ -75,4 +116,6 @@ def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu
                 f"from {checkpoints[0]}'s"
             )
     model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
-    return Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)
+    translator = Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)
+    translator.info = replace(translator.info, checkpoints=[str(p) for p in checkpoints])
+    return translator

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -564,13 +565,21 @@ class Trainer:
 
 
 def train(
-    config: str | None, overrides: list[str], out: Path | None, resume: Path | None, quiet: bool
+    config: str | Path | None,
+    overrides: list[str] | dict[str, Any] | None,
+    out: str | Path | None,
+    resume: str | Path | None,
+    quiet: bool,
 ) -> TrainResult:
-    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`.
+    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`. `overrides`
+    are `--set` strings, or a {"section.key": value} dict (values as Python objects).
 
     Everything that can fail (config, data, model) is checked before a new run directory is
     created, and it is created whole; a resumed run is locked against a second process.
     """
+    if isinstance(overrides, dict):
+        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    overrides = overrides or []
     distributed.init()
     rank0 = distributed.rank_and_world()[0] == 0
     try:

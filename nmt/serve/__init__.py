@@ -1,0 +1,1 @@
+"""`nmt serve`: translation over HTTP with dynamic batching (Starlette on uvicorn, `nmt[serve]`)."""

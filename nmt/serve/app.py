@@ -1,0 +1,152 @@
+"""The Starlette application: routes, JSON errors, one log line per request.
+
+Handlers never decode: they check the request, queue it on the `Batcher` and await its future,
+so the event loop stays free for other clients. Every error is one JSON object {"error": "..."}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nmt import __version__
+from nmt.decode.translator import Translator
+from nmt.errors import NMTError
+from nmt.serve.batcher import Batcher, QueueFullError
+from nmt.serve.requests import Limits, RequestError, parse_translate, translation_json
+
+log = logging.getLogger("nmt.serve")
+PAGE = Path(__file__).with_name("page.html")
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class RequestLog:
+    """ASGI middleware: `METHOD PATH STATUS N sentences MS ms`, one line per request."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [500]
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            sentences = scope.get("state", {}).get("sentences", 0)
+            ms = (time.perf_counter() - start) * 1000
+            log.info(f"{scope['method']} {scope['path']} {status[0]} {sentences} sentences {ms:.1f} ms")
+
+
+def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batcher) -> Starlette:
+    """The server for `translators` (name -> translator; the first is the default)."""
+
+    default_beams = {name: t.cfg.beam for name, t in translators.items()}
+
+    async def translate(request: Request) -> Response:
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limits.max_body_bytes:
+            return error(413, f"the request body is {length} bytes, at most {limits.max_body_bytes}")
+        body = b""
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limits.max_body_bytes:
+                    return error(413, f"the request body is over {limits.max_body_bytes} bytes")
+        except ClientDisconnect:
+            return error(400, "the client disconnected before sending the whole body")
+        try:
+            req = parse_translate(body, limits, default_beams)
+        except RequestError as e:
+            return error(e.status, str(e))
+        request.state.sentences = len(req.sentences)
+        if not req.sentences:
+            return JSONResponse({"model": req.settings.model, "translations": []})
+        try:
+            job, future = batcher.submit(req.settings, req.sentences)
+        except QueueFullError as e:
+            return error(503, f"the server is busy ({e}); retry shortly", {"Retry-After": "1"})
+        try:
+            results = await asyncio.wait_for(future, limits.timeout_s)
+        except TimeoutError:
+            job.abandoned = True
+            why = f"the translation took longer than {limits.timeout_s:g} s; send fewer sentences"
+            return error(504, why)
+        except NMTError as e:
+            return error(422, str(e))
+        except Exception as e:  # the worker logged the traceback
+            return error(500, f"internal error while decoding ({type(e).__name__})")
+        n = req.settings.nbest
+        body_out = [translation_json(t, n, req.attention) for t in results]
+        return JSONResponse({"model": req.settings.model, "translations": body_out})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "waiting": batcher.waiting})
+
+    async def info(request: Request) -> Response:
+        models = [
+            {"name": name, **asdict(t.info), "decode": asdict(t.cfg)} for name, t in translators.items()
+        ]
+        batching = {"max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_ms}
+        return JSONResponse(
+            {
+                "version": __version__,
+                "default_model": next(iter(translators)),
+                "models": models,
+                "limits": {**limits.to_dict(), "queue_size": batcher.queue_size},
+                "batching": batching,
+            }
+        )
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.exception(f"{request.method} {request.url.path} failed")
+        return error(500, f"internal error ({type(exc).__name__})")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        batcher.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(batcher.close)  # in-flight requests are answered first
+
+    app = Starlette(
+        routes=[
+            Route("/", page, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/info", info, methods=["GET"]),
+            Route("/translate", translate, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestLog)
+    return app

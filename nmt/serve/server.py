@@ -1,0 +1,96 @@
+"""`nmt serve` as a function: load the models, bind the address, run uvicorn until a signal.
+
+SIGTERM and Ctrl-C stop accepting connections, let uvicorn finish the requests in flight, drain
+the batcher, and return normally (exit code 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.errors import NMTError
+from nmt.serve.requests import Limits
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"  # loopback: other machines only with an explicit --host
+    port: int = 8000  # 0: any free port (the line on stderr says which)
+    device: str = "auto"
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
+    queue_size: int = 256
+    limits: Limits = Limits()
+
+
+def model_names(specs: list[str]) -> dict[str, str]:
+    """name -> path for each `-m` value: `NAME=PATH`, or a PATH named after its run directory
+    (runs/toy and runs/toy/checkpoints/best.pt are both "toy"); repeated names get "-2", "-3"."""
+    named: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name or not name:
+            path = spec
+            p = Path(spec)
+            name = p.parent.parent.name if p.parent.name == "checkpoints" else (p.stem or p.name)
+        base, k = name, 2
+        while name in named:
+            name, k = f"{base}-{k}", k + 1
+        named[name] = path
+    return named
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise NMTError(f"serve: cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(models: list[str], options: ServeOptions) -> None:
+    try:
+        import uvicorn
+    except ImportError:
+        raise NMTError("serve: needs the serve extra: pip install 'nmt[serve]'") from None
+    from nmt.decode.translator import load_translator
+    from nmt.serve.app import build_app
+    from nmt.serve.batcher import Batcher
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    log = logging.getLogger("nmt.serve")
+    named = model_names(models)
+    sock = bind(options.host, options.port)  # first: a busy port fails before minutes of loading
+    try:
+        translators = {name: load_translator([path], {}, options.device) for name, path in named.items()}
+    except BaseException:
+        sock.close()
+        raise
+    batcher = Batcher(translators, options.max_batch, options.max_wait_ms, options.queue_size)
+    app = build_app(translators, options.limits, batcher)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    log.info(f"serving {', '.join(translators)} on http://{url_host}:{port} (Ctrl-C stops)")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    # uvicorn re-raises the signal that stopped it once it has shut down gracefully; with these
+    # handlers in place that is a no-op, so a stop by SIGTERM or Ctrl-C returns and exits 0.
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    log.info("stopped")

@@ -1,0 +1,223 @@
+"""`nmt serve` as a client sees it: a real server process on a free loopback port, real HTTP.
+
+Answers must equal `nmt translate`'s byte for byte under concurrent clients; every error is one
+JSON object; a full queue, a timeout and a stop by signal behave as documented.
+"""
+
+import contextlib
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from tests.test_end_to_end import train_toy
+
+runner = CliRunner()
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    url: str
+    log: Path
+
+    def post(self, body, path="/translate"):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return request(urllib.request.Request(self.url + path, data=data, method="POST"))
+
+    def get(self, path):
+        return request(urllib.request.Request(self.url + path))
+
+
+def request(req):
+    """(status, headers, decoded JSON body) for any status."""
+    try:
+        with urllib.request.urlopen(req, timeout=60) as response:
+            return response.status, response.headers, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, json.loads(e.read())
+
+
+@contextlib.contextmanager
+def running_server(model: Path, log: Path, *options: str):
+    """A server subprocess on a free port; stopped (and reaped) at the end whatever happens."""
+    command = [sys.executable, "-m", "nmt", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
+    with open(log, "w") as err:
+        process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        while not (found := re.search(r"on (http://\S+) ", log.read_text())):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        yield Server(process, found.group(1), log)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture(scope="module")
+def model(toy_dir, tmp_path_factory):
+    return train_toy(
+        toy_dir, tmp_path_factory.mktemp("serve") / "run", "train.max_steps=40", "data.max_len=12"
+    )
+
+
+@pytest.fixture(scope="module")
+def server(model, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
+    with running_server(model, log, "--max-sentences", "8", "--max-chars", "200") as server:
+        yield server
+        server.process.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop too
+        assert server.process.wait(30) == 0, log.read_text()
+
+
+@pytest.fixture(scope="module")
+def lines(toy_dir):
+    long = " ".join(["Montag, 5. März 2001"] * 6)  # over data.max_len: translated truncated
+    return (toy_dir / "test.human").read_text().splitlines()[:30] + ["", long]
+
+
+def cli_translate(model, lines, *args):
+    result = runner.invoke(app, ["translate", "-m", str(model), "-q", *args], input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_concurrent_answers_equal_nmt_translate_byte_for_byte(server, model, lines):
+    greedy = cli_translate(model, lines)
+    nbest = cli_translate(model, lines, "--beam", "3", "--nbest", "2")
+
+    def one(index_and_settings):
+        index, settings = index_and_settings
+        status, _, body = server.post({"text": lines[index], **settings})
+        assert status == 200, body
+        return index, settings, body["translations"][0]
+
+    jobs = [(i, {}) for i in range(len(lines))] + [(i, {"beam": 3, "nbest": 2}) for i in range(len(lines))]
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, jobs[::2] + jobs[1::2]))  # greedy and beam requests interleaved
+    by_greedy = {i: t for i, s, t in answers if not s}
+    by_beam = {i: t for i, s, t in answers if s}
+    assert "".join(by_greedy[i]["text"] + "\n" for i in range(len(lines))) == greedy
+    served_nbest = "".join(
+        f"{i + 1}\t{rank}\t{h['score']:.4f}\t{h['text']}\n"
+        for i in range(len(lines))
+        for rank, h in enumerate(by_beam[i]["nbest"], 1)
+    )
+    assert served_nbest == nbest
+    assert by_greedy[len(lines) - 1]["truncated"] and not by_greedy[0]["truncated"]
+
+
+def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
+    status, _, body = server.post({"texts": lines[:8]})
+    assert status == 200
+    assert [t["text"] + "\n" for t in body["translations"]] == cli_translate(model, lines[:8]).splitlines(
+        True
+    )
+
+
+def test_attention_comes_by_word_when_asked(server):
+    status, _, body = server.post({"text": "12. März 1989", "attention": True})
+    assert status == 200 and not body["translations"][0]["truncated"]
+    attention = body["translations"][0]["attention"]
+    assert attention["source"] == ["12.", "März", "1989", "</s>"]
+    assert len(attention["weights"]) == len(attention["target"])
+    assert all(abs(sum(row) - 1) < 1e-2 for row in attention["weights"])
+    assert "attention" not in server.post({"text": "5.6.1990"})[2]["translations"][0]
+
+
+@pytest.mark.parametrize(
+    "body,status,fragment",
+    [
+        (b'{"text": ', 400, "not valid JSON"),
+        (b'"text"', 400, "must be a JSON object"),
+        ({"text": 5}, 422, "text: must be a string"),
+        ({"texts": ["a", 1]}, 422, "texts[1]: must be a string"),
+        ({"text": "a", "beam": "2"}, 422, "beam: must be an integer"),
+        ({"text": "a", "model": "other"}, 422, "no model named 'other'"),
+        ({"text": "a", "colour": 1}, 422, "unknown field 'colour'"),
+        ({"texts": ["a"] * 9}, 413, "9 sentences, at most 8"),
+        ({"text": "a" * 201}, 413, "text: 201 characters, at most 200"),
+        (b"x" * 200_000, 413, "request body"),
+    ],
+)
+def test_bad_requests_get_one_json_error(server, body, status, fragment):
+    got, _, answer = server.post(body)
+    assert got == status and list(answer) == ["error"] and fragment in answer["error"]
+
+
+def test_unknown_routes_and_methods_are_json_errors_too(server):
+    assert server.get("/nope")[:3:2] == (404, {"error": "GET /nope: Not Found"})
+    assert server.get("/translate")[:3:2] == (405, {"error": "GET /translate: Method Not Allowed"})
+
+
+def test_health_info_page_and_log_lines(server):
+    assert server.get("/health")[2]["status"] == "ok"
+    info = server.get("/info")[2]
+    assert info["default_model"] == "run" and info["models"][0]["src_lang"] == "human"
+    assert info["limits"]["max_sentences"] == 8 and info["models"][0]["parameters"] > 0
+    with urllib.request.urlopen(server.url + "/") as page:
+        html = page.read().decode()
+    assert "renderHeatmap" in html and "http" not in html.split("<script>")[1]  # no CDN
+    server.post({"texts": ["5.6.1990", "7.8.1991"]})
+    assert re.search(r"POST /translate 200 2 sentences [\d.]+ ms", server.log.read_text())
+
+
+def test_a_full_queue_answers_503_and_a_slow_request_504(model, tmp_path):
+    options = ("--max-wait-ms", "1500", "--queue-size", "1", "--timeout", "0.5")
+    with running_server(model, tmp_path / "slow.log", *options) as slow:
+        first: list = []
+        waiting = threading.Thread(target=lambda: first.append(slow.post({"text": "5.6.1990"})))
+        waiting.start()
+        while slow.get("/health")[2]["waiting"] < 1:
+            time.sleep(0.02)
+        status, headers, body = slow.post({"text": "7.8.1991"})
+        assert status == 503 and headers["Retry-After"] == "1" and "busy" in body["error"]
+        waiting.join()
+        assert first[0][0] == 504 and "longer than 0.5 s" in first[0][2]["error"]
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(model, tmp_path):
+    expected = cli_translate(model, ["5.6.1990"])
+    with running_server(model, tmp_path / "stop.log", "--max-wait-ms", "1000") as slow:
+        answer: list = []
+        in_flight = threading.Thread(target=lambda: answer.append(slow.post({"text": "5.6.1990"})))
+        in_flight.start()
+        while slow.get("/health")[2]["waiting"] < 1:
+            time.sleep(0.02)
+        slow.process.send_signal(signal.SIGTERM)
+        in_flight.join()
+        assert slow.process.wait(30) == 0
+        assert answer[0][0] == 200 and answer[0][2]["translations"][0]["text"] + "\n" == expected
+        assert "stopped" in slow.log.read_text()
+
+
+def test_a_busy_port_and_a_missing_checkpoint_are_one_line_errors(model, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["serve", "-m", str(model), "--port", str(port)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    result = runner.invoke(app, ["serve", "-m", str(tmp_path / "missing.pt"), "--port", "0"])
+    assert result.exit_code == 2 and "checkpoint not found" in result.stderr
+    assert "Traceback" not in result.output

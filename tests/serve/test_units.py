@@ -1,0 +1,98 @@
+"""The server's pure parts: which jobs share a batch, and how a request body is checked."""
+
+import json
+from collections import deque
+
+import pytest
+
+from nmt.serve.batcher import Job, Settings, take_batch
+from nmt.serve.requests import Limits, RequestError, parse_translate
+from nmt.serve.server import model_names
+
+GREEDY, BEAM = Settings("m", 1, 1, None), Settings("m", 5, 1, None)
+
+
+def job(settings, n):
+    return Job(settings, ["s"] * n, lambda result: None)
+
+
+def test_a_batch_takes_the_jobs_with_the_first_jobs_settings_in_order():
+    a, b, c, d = job(GREEDY, 2), job(BEAM, 1), job(GREEDY, 3), job(GREEDY, 1)
+    pending = deque([a, b, c, d])
+    assert take_batch(pending, max_batch=32) == [a, c, d]
+    assert list(pending) == [b]
+
+
+def test_a_batch_stops_at_max_batch_sentences_but_always_takes_the_first_job():
+    a, b, c = job(GREEDY, 40), job(GREEDY, 1), job(GREEDY, 1)
+    pending = deque([a, b, c])
+    assert take_batch(pending, max_batch=32) == [a]
+    assert take_batch(pending, max_batch=32) == [b, c]
+    assert not pending
+
+
+def test_settings_that_differ_in_length_cap_or_model_do_not_mix():
+    a, b, c = job(GREEDY, 1), job(Settings("m", 1, 1, 10), 1), job(Settings("other", 1, 1, None), 1)
+    pending = deque([a, b, c])
+    assert (
+        take_batch(pending, 32) == [a] and take_batch(pending, 32) == [b] and take_batch(pending, 32) == [c]
+    )
+
+
+DEFAULT_BEAMS = {"first": 4, "second": 1}
+LIMITS = Limits(max_sentences=3, max_chars=10)
+
+
+def parse(body):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return parse_translate(raw, LIMITS, DEFAULT_BEAMS)
+
+
+def test_defaults_come_from_the_first_model():
+    req = parse({"text": "hallo"})
+    assert req.sentences == ["hallo"] and req.settings == Settings("first", 4, 1, None) and not req.attention
+    req = parse(
+        {"texts": ["a", "b"], "model": "second", "beam": 2, "nbest": 2, "max_len": 9, "attention": True}
+    )
+    assert req.settings == Settings("second", 2, 2, 9) and req.attention
+
+
+@pytest.mark.parametrize(
+    "body,status,fragment",
+    [
+        (b"{", 400, "not valid JSON"),
+        (b"\xff", 400, "not valid JSON"),
+        ([1, 2], 400, "must be a JSON object"),
+        ({}, 422, 'exactly one of "text"'),
+        ({"text": "a", "texts": ["b"]}, 422, 'exactly one of "text"'),
+        ({"txt": "a"}, 422, "unknown field 'txt'"),
+        ({"text": 3}, 422, "text: must be a string"),
+        ({"texts": "a"}, 422, "texts: must be a list"),
+        ({"texts": ["a", None]}, 422, "texts[1]: must be a string"),
+        ({"texts": ["a"] * 4}, 413, "4 sentences, at most 3"),
+        ({"texts": ["a", "x" * 11]}, 413, "texts[1]: 11 characters, at most 10"),
+        ({"text": "a\nb"}, 422, "line break"),
+        ({"text": "a", "beam": "5"}, 422, "beam: must be an integer"),
+        ({"text": "a", "beam": True}, 422, "beam: must be an integer"),
+        ({"text": "a", "beam": 0}, 422, "beam: must be between 1 and 16"),
+        ({"text": "a", "nbest": 17}, 422, "nbest: must be between 1 and 16"),
+        ({"text": "a", "max_len": 1.5}, 422, "max_len: must be an integer"),
+        ({"text": "a", "attention": "yes"}, 422, "attention: must be true or false"),
+        ({"text": "a", "model": 1}, 422, "model: must be a string"),
+        ({"text": "a", "model": "third"}, 422, "no model named 'third' (served: first, second)"),
+    ],
+)
+def test_each_bad_request_names_its_problem(body, status, fragment):
+    with pytest.raises(RequestError) as caught:
+        parse(body)
+    assert caught.value.status == status and fragment in str(caught.value)
+
+
+def test_models_are_named_after_their_run_directory_or_explicitly():
+    names = model_names(["runs/toy", "runs/toy/checkpoints/best.pt", "en=runs/x/model.pt", "ckpt.pt"])
+    assert names == {
+        "toy": "runs/toy",
+        "toy-2": "runs/toy/checkpoints/best.pt",
+        "en": "runs/x/model.pt",
+        "ckpt": "ckpt.pt",
+    }
