@@ -13,6 +13,7 @@ from nmt.data.batching import pad_sources
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
+from nmt.decode.forced import ForcedScore, forced_decode
 from nmt.decode.search import Hypothesis, StepModel, beam_search, greedy_search
 from nmt.errors import NMTError
 from nmt.vocab import EOS
@@ -81,13 +82,7 @@ class Translator:
         self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
     ) -> Iterator[Translation]:
         """Translations in input order; batches are formed from length-sorted sentences."""
-        ids, truncated = [], set()
-        normalized = [normalize(line, self.normalize_form) for line in lines]
-        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
-            if len(pieces) > self.src_limit:
-                truncated.add(i)
-                pieces = pieces[: self.src_limit]
-            ids.append(pieces + [EOS])
+        ids, truncated = self._source_ids(lines)
         # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
         done = {i: Translation([], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
         order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
@@ -111,6 +106,43 @@ class Translator:
                 )
             if progress:
                 progress(len(chunk))
+
+    def score(self, sources: list[str], targets: list[str]) -> list[ForcedScore]:
+        """Forced decoding of each (source, target) pair, in input order: the target's
+        log-probability per piece and the attention the model puts on the source while
+        producing it. Both sides are normalised and the source truncated as in `translate`."""
+        if len(sources) != len(targets):
+            raise NMTError(f"score: {len(sources)} sources but {len(targets)} targets")
+        src_ids, truncated = self._source_ids(sources)
+        tgt_ids = [
+            pieces + [EOS]
+            for pieces in self.tok.tgt.encode_batch([normalize(t, self.normalize_form) for t in targets])
+        ]
+        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+        out: list[ForcedScore | None] = [None] * len(sources)
+        for chunk in self._batches(order, src_ids):
+            src, src_len = pad_sources([src_ids[i] for i in chunk])
+            forced = forced_decode(self.model, src.to(self.device), src_len, [tgt_ids[i] for i in chunk])
+            for i, (log_probs, attention) in zip(chunk, forced, strict=True):
+                out[i] = ForcedScore(
+                    self.tok.src.id_to_piece(src_ids[i]),
+                    self.tok.tgt.id_to_piece(tgt_ids[i]),
+                    log_probs,
+                    attention[:, : len(src_ids[i])],
+                    i in truncated,
+                )
+        return out  # type: ignore[return-value]
+
+    def _source_ids(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
+        """Normalised, encoded sources ending in EOS, cut to the model's limit (and which were)."""
+        ids, truncated = [], set()
+        normalized = [normalize(line, self.normalize_form) for line in lines]
+        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
+            if len(pieces) > self.src_limit:
+                truncated.add(i)
+                pieces = pieces[: self.src_limit]
+            ids.append(pieces + [EOS])
+        return ids, truncated
 
     def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
         """Consecutive length-sorted sentences, up to batch_size sentences or padded tokens."""
