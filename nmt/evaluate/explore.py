@@ -20,7 +20,7 @@ import numpy as np
 from nmt.errors import NMTError
 from nmt.evaluate.alignment import Argmax, word_matrix
 from nmt.fileio import atomic_write_text, read_lines
-from nmt.words import WordMap, attention_view
+from nmt.words import WordMap, attention_view, text_words
 
 DATA_MARK = "/*NMT_DATA*/null"
 SCALE = 1000  # weights in thousandths
@@ -49,12 +49,25 @@ def attention_data(weights, src_pieces: list[str], tgt_pieces: list[str], links:
     return out
 
 
-def system_info(path: Path, loaded) -> dict:
+def system_name(path: Path, taken: list[dict]) -> str:
+    """A short label: the run directory's name for its best checkpoint, else `run:checkpoint`."""
+    in_run = path.parent.name == "checkpoints"
+    name = path.parent.parent.name if in_run else path.stem
+    if in_run and path.name != "best.pt":
+        name += ":" + path.stem
+    names = {s["name"] for s in taken}
+    candidate, k = name, 2
+    while candidate in names:
+        candidate, k = f"{name}#{k}", k + 1
+    return candidate
+
+
+def system_info(path: Path, loaded, taken: list[dict]) -> dict:
     from nmt.model.seq2seq import count_parameters
 
     m = loaded.config.model
     return {
-        "name": path.parent.parent.name if path.parent.name == "checkpoints" else path.name,
+        "name": system_name(path, taken),
         "path": str(path),
         "attention": m.attention.type,
         "decoder": m.decoder.style + (" + input feeding" if m.decoder.input_feeding else ""),
@@ -127,14 +140,19 @@ def build_explorer(
         translator = Translator.from_config(
             loaded.model, loaded.tokenizers, loaded.config, torch_device, decode_overrides
         )
-        systems.append({**system_info(path, loaded), "beam": translator.cfg.beam})
+        systems.append({**system_info(path, loaded, systems), "beam": translator.cfg.beam})
         per_system.append(explore_system(translator, sources, targets, nbest))
     data = {
         "title": f"nmt explore: {src.name}" + (f" vs {ref.name}" if ref else ""),
         "has_ref": targets is not None,
         "systems": systems,
         "sentences": [
-            {"src": s, "ref": targets[i] if targets else None, "sys": [p[i] for p in per_system]}
+            {
+                "src": s,
+                "words": len(text_words(s)),
+                "ref": targets[i] if targets else None,
+                "sys": [p[i] for p in per_system],
+            }
             for i, s in enumerate(sources)
         ],
     }
