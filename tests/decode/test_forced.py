@@ -105,3 +105,31 @@ def test_score_refuses_files_of_different_lengths(toy_model, toy_dir, tmp_path):
     assert result.exit_code == 2
     assert "one line per sentence" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_attention_export_holds_words_unless_pieces_are_asked_for(toy_model, toy_dir, tmp_path):
+    src = toy_dir / "test.human"
+    for extra, unit in (([], "words"), (["--pieces"], "pieces")):
+        att = tmp_path / f"{unit}.jsonl"
+        invoke(
+            "translate",
+            "-m",
+            toy_model.last,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "out.txt",
+            "--attention",
+            att,
+            *extra,
+        )
+        record = json.loads(att.read_text().splitlines()[0])
+        assert record["unit"] == unit and record["source"][-1] == "</s>"
+        assert len(record["weights"]) == len(record["target"]) and len(record["weights"][0]) == len(
+            record["source"]
+        )
+        if unit == "words":
+            assert "\u2581" not in "".join(record["source"] + record["target"])
+            assert sum(record["weights"][0]) == pytest.approx(1.0, abs=1e-3)
+        else:
+            assert record["source"][0].startswith("\u2581")
