@@ -5,6 +5,8 @@ VENV       ?= .venv
 # index's torch 2.13.0. Override for your hardware, e.g. `make install TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR   ?= demo
+# the optional extras the tests exercise, so `make test` runs every integration for real
+EXTRAS     ?= dev,tensorboard,mlflow,browser
 BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
@@ -16,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,browser]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 test: install

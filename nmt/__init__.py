@@ -1,3 +1,3 @@
 """nmt: attentional LSTM encoder-decoder translation, from data to BLEU."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -24,6 +24,13 @@ AttentionType = Literal[
 ]
 
 
+def setting(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -> Any:
+    """A config field with its one-line description, which `nmt configs --show` prints."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class DataConfig:
     """Where the parallel text comes from.
@@ -33,131 +40,147 @@ class DataConfig:
     data_files=hf_data_files)` and takes those values as split names.
     """
 
-    src_lang: str
-    tgt_lang: str
-    format: Literal["text", "hf"] = "text"
-    dir: str = "data"
-    train: str = "train"
-    valid: str = "valid"
-    test: str = "test"
-    hf_path: str = ""
-    hf_name: str | None = None
-    hf_data_files: dict[str, str] | None = None
-    max_len: int = 100  # training pairs with more subwords on either side are dropped
-    max_ratio: float = 9.0  # and pairs whose subword lengths differ by more than this factor (Moses: 9)
-    normalize: Literal["NFC", "NFKC", "none"] = "NFC"  # Unicode normalisation of inputs
-    errors: Literal["strict", "replace"] = "strict"  # invalid UTF-8: stop, or replace with U+FFFD
-    cache_dir: str = "data/cache"  # encoded splits and tokenizers, keyed by a fingerprint
+    src_lang: str = setting(doc="source language code, the suffix of the source files")
+    tgt_lang: str = setting(doc="target language code, the suffix of the target files")
+    format: Literal["text", "hf"] = setting("text", "text: {dir}/{split}.{lang} files; hf: HF datasets")
+    dir: str = setting("data", "folder of the text files (and of `nmt data download`'s copy)")
+    train: str = setting("train", "name of the training split")
+    valid: str = setting("valid", "name of the validation split")
+    test: str = setting("test", "name of the test split")
+    hf_path: str = setting(
+        "", "format hf: a hub id, a local dataset folder or a builder (json, csv, parquet)"
+    )
+    hf_name: str | None = setting(None, "format hf: the dataset's configuration name")
+    hf_data_files: dict[str, str] | None = setting(None, "format hf: split name -> file pattern for builders")
+    max_len: int = setting(100, "training pairs with more subwords on either side are dropped")
+    max_ratio: float = setting(9.0, "and pairs whose subword lengths differ by more than this factor")
+    normalize: Literal["NFC", "NFKC", "none"] = setting("NFC", "Unicode normalisation of every input")
+    errors: Literal["strict", "replace"] = setting("strict", "invalid UTF-8: stop, or replace with U+FFFD")
+    cache_dir: str = setting("data/cache", "encoded splits and tokenizers, keyed by a fingerprint")
 
 
 @dataclass
 class TokenizerConfig:
-    type: Literal["unigram", "bpe", "char", "word"] = "unigram"
-    vocab_size: int = 8000
-    joint: bool = True  # one model for both sides (needed for tied embeddings across sides)
-    character_coverage: float = 1.0
-    num_threads: int = 2  # fixed on purpose: unigram pieces depend on the thread count
-    input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) to train on large corpora
-    sampling_alpha: float = 0.0  # > 0: subword regularisation of training data (unigram only)
+    type: Literal["unigram", "bpe", "char", "word"] = setting("unigram", "SentencePiece model type")
+    vocab_size: int = setting(8000, "pieces per model (a soft limit on small corpora)")
+    joint: bool = setting(True, "one model for both sides (needed to tie embeddings across sides)")
+    character_coverage: float = setting(1.0, "share of characters the pieces must cover")
+    num_threads: int = setting(2, "fixed on purpose: unigram pieces depend on the thread count")
+    input_sentence_size: int = setting(2_000_000, "sentences sampled (shuffled) to train on large corpora")
+    sampling_alpha: float = setting(0.0, "> 0: subword regularisation of training data (unigram only)")
 
 
 @dataclass
 class EncoderConfig:
-    hidden: int = 256  # per direction; annotations h_j are 2 * hidden wide
-    layers: int = 1
-    dropout: float = 0.3  # between stacked layers
+    hidden: int = setting(256, "LSTM units per direction; annotations h_j are 2 * hidden wide")
+    layers: int = setting(1, "stacked bidirectional LSTM layers")
+    dropout: float = setting(0.3, "dropout between stacked layers")
 
 
 @dataclass
 class DecoderConfig:
-    style: Literal["luong", "bahdanau"] = "luong"
-    hidden: int = 512
-    layers: int = 1
-    input_feeding: bool = False  # luong only: feed h~_{t-1} into the next step
-    bridge: Literal["none", "last", "linear", "backward"] = "linear"
-    output: Literal["linear", "maxout"] = "linear"  # bahdanau only: the deep-output layer
-    dropout: float = 0.3
+    style: Literal["luong", "bahdanau"] = setting(
+        "luong", "step order: luong (RNN, then attend with h_t) or bahdanau (attend with s_{t-1}, then RNN)"
+    )
+    hidden: int = setting(512, "LSTM units")
+    layers: int = setting(1, "stacked LSTM layers")
+    input_feeding: bool = setting(False, "luong only: feed h~_{t-1} into the next step (Luong §3.3)")
+    bridge: Literal["none", "last", "linear", "backward"] = setting(
+        "linear", "initial state from the encoder: none, last, linear or backward (Bahdanau's s_0)"
+    )
+    output: Literal["linear", "maxout"] = setting("linear", "bahdanau only: the deep-output layer")
+    dropout: float = setting(0.3, "dropout between stacked layers")
 
 
 @dataclass
 class AttentionConfig:
-    type: AttentionType = "dot"
-    dim: int | None = None  # hidden size of additive scores; default: decoder hidden
-    bias: bool = False  # additive scores: bias inside the tanh
-    heads: int = 4  # multihead
-    window: int = 10  # local_m / local_p: D, the window is [p_t - D, p_t + D]
-    dropout: float = 0.0  # on the attention weights, training only
+    type: AttentionType = setting("dot", "the score function (nmt/model/attention.py)")
+    dim: int | None = setting(None, "hidden size of additive scores; default: decoder hidden")
+    bias: bool = setting(False, "additive scores: a bias inside the tanh")
+    heads: int = setting(4, "multihead: number of heads")
+    window: int = setting(10, "local_m / local_p: D, the window is [p_t - D, p_t + D]")
+    dropout: float = setting(0.0, "dropout on the attention weights, in training only")
 
 
 @dataclass
 class ModelConfig:
-    embedding: int = 256
-    dropout: float = 0.3  # on embeddings and on the attentional/output vector
-    tie_embeddings: bool = False  # target embedding = output projection (needs equal sizes)
-    init: Literal["uniform", "xavier", "torch"] = "uniform"  # nmt/model/init.py
-    init_scale: float = 0.1  # uniform: U(-init_scale, init_scale), as Luong et al. 2015
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    decoder: DecoderConfig = field(default_factory=DecoderConfig)
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    embedding: int = setting(256, "embedding size of both sides")
+    dropout: float = setting(0.3, "dropout on embeddings and on the attentional/output vector")
+    tie_embeddings: bool = setting(False, "target embedding = output projection (needs equal sizes)")
+    init: Literal["uniform", "xavier", "torch"] = setting("uniform", "parameter initialisation scheme")
+    init_scale: float = setting(0.1, "uniform: U(-init_scale, init_scale), as Luong et al. 2015")
+    encoder: EncoderConfig = setting(factory=EncoderConfig, doc="the bidirectional LSTM encoder")
+    decoder: DecoderConfig = setting(factory=DecoderConfig, doc="the LSTM decoder")
+    attention: AttentionConfig = setting(factory=AttentionConfig, doc="how the decoder reads the source")
 
 
 @dataclass
 class TrainConfig:
-    seed: int = 1
-    batch_size: int = 64  # sentences per batch (per process under torchrun), or tokens
-    batch_type: Literal["sentences", "tokens"] = "sentences"  # tokens: padded source+target tokens
-    update_every: int = 1  # gradient accumulation: one optimiser step every N batches
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: float = 0.001
-    momentum: float = 0.9  # sgd
-    weight_decay: float = 0.0
-    clip: float = 5.0  # max gradient norm
-    label_smoothing: float = 0.0
-    teacher_forcing_ratio: float = 1.0  # below 1, feed back the model's own predictions
-    teacher_forcing_final: float | None = None  # if set, the ratio moves linearly to this by max_steps
-    schedule: Literal["constant", "plateau", "step", "inverse_sqrt"] = "constant"
-    decay_factor: float = 0.5  # plateau and step
-    decay_patience: int = 1  # plateau: validations without improvement before a decay
-    decay_start_epoch: int = 5  # step: decay after every epoch from this one on (Luong et al.)
-    warmup_steps: int = 4000  # inverse_sqrt
-    min_lr: float = 1e-6
-    max_steps: int = 10000
-    max_epochs: int = 0  # 0: no limit
-    max_time: float = 0  # wall-clock seconds; 0: no limit
-    log_every: int = 50
-    valid_every: int = 500  # also validates at the end of every epoch when valid_at_epoch_end
-    valid_at_epoch_end: bool = False
-    metric: Literal["bleu", "ppl", "loss"] = "bleu"  # chooses best checkpoints and early stopping
-    patience: int = 0  # stop after this many validations without improvement; 0: never
-    keep_best: int = 1  # keep the k best validation checkpoints (best.pt is always the best)
-    average_last: int = 0  # at the end, average the last n validation checkpoints into averaged.pt
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"  # auto: AMP on CUDA, fp32 elsewhere
-    tensorboard: bool = False  # also log to RUN_DIR/tensorboard (needs the tensorboard package)
+    seed: int = setting(1, "seed of every random generator of the run")
+    batch_size: int = setting(64, "sentences per batch (per process under torchrun), or tokens")
+    batch_type: Literal["sentences", "tokens"] = setting(
+        "sentences", "what batch_size counts (tokens: padded source + target tokens)"
+    )
+    update_every: int = setting(1, "gradient accumulation: one optimiser step every N batches")
+    optimizer: Literal["adam", "adamw", "sgd"] = setting("adam", "the optimiser")
+    lr: float = setting(0.001, "learning rate (the peak, with warm-up)")
+    momentum: float = setting(0.9, "sgd: momentum")
+    weight_decay: float = setting(0.0, "L2 penalty (decoupled for adamw)")
+    clip: float = setting(5.0, "maximum gradient norm")
+    label_smoothing: float = setting(0.0, "share of the target mass spread over the vocabulary")
+    teacher_forcing_ratio: float = setting(1.0, "below 1, feed back the model's own predictions")
+    teacher_forcing_final: float | None = setting(
+        None, "if set, the ratio moves linearly to this by max_steps"
+    )
+    schedule: Literal["constant", "plateau", "step", "inverse_sqrt"] = setting(
+        "constant", "learning-rate schedule"
+    )
+    decay_factor: float = setting(0.5, "plateau and step: the factor of each decay")
+    decay_patience: int = setting(1, "plateau: validations without improvement before a decay")
+    decay_start_epoch: int = setting(5, "step: decay after every epoch from this one on (Luong et al.)")
+    warmup_steps: int = setting(4000, "inverse_sqrt: steps of linear warm-up")
+    min_lr: float = setting(1e-6, "no schedule goes below this")
+    max_steps: int = setting(10000, "stop after this many optimiser steps")
+    max_epochs: int = setting(0, "stop after this many epochs; 0: no limit")
+    max_time: float = setting(0, "stop after this many seconds of wall-clock time; 0: no limit")
+    log_every: int = setting(50, "steps between training log lines")
+    valid_every: int = setting(500, "steps between validations (and checkpoints)")
+    valid_at_epoch_end: bool = setting(False, "also validate at the end of every epoch")
+    metric: Literal["bleu", "ppl", "loss"] = setting("bleu", "chooses best checkpoints and early stopping")
+    patience: int = setting(0, "stop after this many validations without improvement; 0: never")
+    keep_best: int = setting(1, "keep the k best validation checkpoints (best.pt is always the best)")
+    average_last: int = setting(0, "at the end, average the last n validation checkpoints into averaged.pt")
+    device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = setting("auto", "auto: AMP on CUDA, fp32 elsewhere")
+    loggers: list[Literal["tensorboard", "mlflow"]] = setting(
+        factory=list, doc="experiment trackers that also get the metrics (installed as extras)"
+    )
 
 
 @dataclass
 class DecodeConfig:
-    beam: int = 1
-    batch_size: int = 64  # sentences, or tokens with batch_type: tokens
-    batch_type: Literal["sentences", "tokens"] = "sentences"
-    max_len: int = 200  # absolute cap on output tokens (EOS included)
-    max_len_ratio: float = 2.0  # and at most ratio * source length + 10
-    min_len: int = 0  # EOS is forbidden before this many tokens
-    length_penalty: Literal["none", "avg", "gnmt"] = "gnmt"  # avg: |Y|^alpha; gnmt: ((5+|Y|)/6)^alpha
-    alpha: float = 0.0  # 0 ranks by raw log-probability whatever the penalty
-    coverage: float = 0.0  # GNMT coverage penalty weight beta
-    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size (0: off)
-    allow_unk: bool = True  # False: never output the unknown token
+    beam: int = setting(1, "beam size; 1 is greedy search")
+    batch_size: int = setting(64, "sentences per batch, or tokens with batch_type: tokens")
+    batch_type: Literal["sentences", "tokens"] = setting("sentences", "what batch_size counts")
+    max_len: int = setting(200, "absolute cap on output tokens (EOS included)")
+    max_len_ratio: float = setting(2.0, "and at most ratio * source length + 10")
+    min_len: int = setting(0, "EOS is forbidden before this many tokens")
+    length_penalty: Literal["none", "avg", "gnmt"] = setting(
+        "gnmt", "avg: |Y|^alpha; gnmt: ((5 + |Y|) / 6)^alpha"
+    )
+    alpha: float = setting(0.0, "length penalty exponent; 0 ranks by raw log-probability")
+    coverage: float = setting(0.0, "GNMT coverage penalty weight beta")
+    no_repeat_ngram: int = setting(0, "forbid repeating any n-gram of this size (0: off)")
+    allow_unk: bool = setting(True, "False: never output the unknown token")
 
 
 @dataclass
 class Config:
-    data: DataConfig
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    data: DataConfig = setting(doc="where the parallel text comes from")
+    tokenizer: TokenizerConfig = setting(factory=TokenizerConfig, doc="SentencePiece settings")
+    model: ModelConfig = setting(factory=ModelConfig, doc="the network")
+    train: TrainConfig = setting(factory=TrainConfig, doc="optimisation, validation and budgets")
+    decode: DecodeConfig = setting(factory=DecodeConfig, doc="search settings for validation and translate")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -274,6 +297,10 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _convert(inner[0], value, source, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise NMTError(f"{source}: {key}: expected a list, got {value!r}")
+        return [_convert(args[0], item, source, f"{key}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise NMTError(f"{source}: {key}: expected a mapping, got {value!r}")

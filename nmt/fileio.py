@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from nmt.errors import NMTError
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write through a temp file in the same directory, fsync, then rename.
 
-    A crash at any moment leaves either the old file or the new one, never half of one.
+    A crash at any moment leaves either the old file or the new one, never half of one. A new
+    file gets the usual permissions (0666 less the umask); a replaced one keeps its own.
     """
     path = Path(path)
     if path.exists() and not path.is_file():  # /dev/stdout, /dev/null, a FIFO: never replace those
@@ -25,10 +23,12 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(f)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the kernel applies the umask
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
         with os.fdopen(fd, "wb") as f:
+            if path.exists():
+                os.chmod(tmp, path.stat().st_mode & 0o7777)
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -62,14 +62,35 @@ def attention_heatmaps(
     """One heatmap per (title, weights, src_pieces, tgt_pieces) panel, on one figure, so that
     systems that translated the same sentence can be compared at a glance."""
     check_plot_path(path)
+    save_figure(attention_figure(panels, columns, pieces), path, dpi)
+
+
+def figure_pixels(fig):
+    """The figure as an RGB array (H, W, 3) of uint8, for trackers that take images; closes it."""
+    import numpy as np
+
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    pyplot().close(fig)
+    return pixels
+
+
+def attention_figure(panels: list[tuple], columns: int = 1, pieces: bool = False):
+    """The figure of `attention_heatmaps`, unsaved."""
     views = [(title, *attention_view(w, src, tgt, pieces)) for title, w, src, tgt in panels]
-    draw_heatmaps(views, path, columns, "pieces" if pieces else "words", dpi)
+    return heatmap_figure(views, columns, "pieces" if pieces else "words")
 
 
 def draw_heatmaps(
     views: list[tuple], path: Path, columns: int = 1, unit: str = "words", dpi: int = 100
 ) -> None:
     """(title, matrix, source labels, output labels) panels drawn as given (already merged)."""
+    check_plot_path(path)
+    save_figure(heatmap_figure(views, columns, unit), path, dpi)
+
+
+def heatmap_figure(views: list[tuple], columns: int, unit: str):
+    """One heatmap per (title, matrix, source labels, output labels) view, with a labelled colour bar."""
     import numpy as np
 
     plt = pyplot()
@@ -89,7 +110,7 @@ def draw_heatmaps(
     for ax in list(axes.flat)[len(views) :]:
         ax.axis("off")
     fig.tight_layout()
-    save_figure(fig, path, dpi)
+    return fig
 
 
 def bleu_by_length_chart(report, path: Path) -> None:

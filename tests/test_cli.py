@@ -1,8 +1,12 @@
 """The command line: help, version, and one clean line with exit code 2 for every user error."""
 
+import os
 import subprocess
 import sys
+import typing
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nmt import __version__
@@ -92,3 +96,103 @@ def test_eval_line_count_mismatch(tmp_path):
 def test_eval_needs_hyp_or_model(tmp_path):
     (tmp_path / "r").write_text("a\n")
     fails_cleanly(["eval", "--ref", str(tmp_path / "r")], "--hyp")
+
+
+COMMANDS = [
+    ["train"],
+    ["translate"],
+    ["eval"],
+    ["configs"],
+    ["data", "toy"],
+    ["data", "prepare"],
+    ["data", "stats"],
+    ["plot", "attention"],
+    ["plot", "curves"],
+]
+
+
+def help_text(command: list[str]) -> str:
+    result = runner.invoke(app, [*command, "--help"], terminal_width=80, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_reads_like_other_tools(command):
+    text = help_text(command)
+    assert "<bool>" not in text and "<list[" not in text and "range>" not in text and "<path>" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    if any(word in text for word in ("--output", "-o,")):
+        assert "-o, --output PATH" in text
+
+
+def test_choice_options_list_their_values_and_devices_default_to_auto():
+    translate = help_text(["translate"])
+    assert "--length-penalty <none|avg|gnmt>" in translate and "--batch-type <sentences|tokens>" in translate
+    assert "separated by a tab" in translate  # the --scores help is not eaten by markup
+    evaluate = help_text(["eval"])
+    assert "--by <ref|src>" in evaluate and "13a, intl, zh, char, none" in " ".join(evaluate.split())
+    for text in (translate, evaluate):
+        assert "[default: auto]" in " ".join(text.split())
+
+
+def test_the_tokenize_choices_are_sacrebleus():
+    from sacrebleu.metrics import BLEU
+
+    from nmt.cli.evaluate import Tokenizer
+
+    assert set(typing.get_args(Tokenizer)) == set(BLEU.TOKENIZERS)
+
+
+def test_flags_take_no_value():
+    line = fails_cleanly(["translate", "-m", "x.pt", "--no-unk", "true"], "unexpected extra argument")
+    assert "(see nmt translate --help)" in line
+
+
+def test_config_option_completes_builtin_names():
+    env = {
+        **os.environ,
+        "_NMT_COMPLETE": "complete_bash",
+        "COMP_WORDS": "nmt train -c toy",
+        "COMP_CWORD": "3",
+    }
+    script = Path(sys.executable).parent / "nmt"  # completion keys on the program name
+    out = subprocess.run([str(script)], env=env, capture_output=True, text=True).stdout
+    assert "toy-luong.yaml" in out and "toy-bahdanau.yaml" in out and "multi30k" not in out
+
+
+def test_a_set_typo_names_the_command_line_and_suggests(tmp_path):
+    line = fails_cleanly(["train", "-c", "toy-luong.yaml", "--set", "model.atention.type=dot"], "--set")
+    assert "did you mean attention?" in line and "toy-luong.yaml" not in line
+    fails_cleanly(
+        ["train", "-c", "toy-luong.yaml", "--set", "train.lr=fast"], "--set: train.lr: expected float"
+    )
+    fails_cleanly(["train", "-c", "toy-luong.yaml", "--set", "train.lr=[1"], "not valid YAML")
+
+
+def test_an_unknown_key_in_a_file_gets_a_suggestion(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: {src_lang: de, tgt_lang: en}\ntrain: {max_step: 5}\n")
+    fails_cleanly(
+        ["train", "-c", str(bad)], str(bad), "train.max_step: unknown key", "did you mean max_steps?"
+    )
+
+
+def test_configs_show_prints_every_key_with_its_description():
+    import yaml
+
+    from nmt.config import config_from_dict, load_config
+
+    result = runner.invoke(app, ["configs", "--show", "toy-luong"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all("  # " in line for line in lines), [line for line in lines if "  # " not in line]
+    assert "  beam: 1  # beam size; 1 is greedy search" in lines
+    assert config_from_dict(yaml.safe_load(result.stdout)) == load_config("toy-luong")
+
+
+def test_env_prints_versions_devices_and_threads():
+    result = runner.invoke(app, ["env"])
+    assert result.exit_code == 0
+    for fragment in ("nmt ", "torch ", "CUDA available: ", "MPS available: ", "threads: "):
+        assert fragment in result.stdout

@@ -14,9 +14,18 @@ from typing import Annotated
 
 import typer
 from typer import _click as click  # typer >= 0.29 vendors click
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from nmt.errors import NMTError
+
+
+def _argument_type(self: TyperArgument, ctx) -> str | None:
+    """A positional argument with a metavar (RUN_DIR...) shows it alone, as click does; typer 0.29
+    adds the Python type (`<list[Path]>`) after it."""
+    return None if self.metavar else TyperArgument.display_type(self, ctx)
+
+
+TyperArgument.display_type_rich = _argument_type
 
 
 class OneLineErrors(TyperGroup):
@@ -65,16 +74,18 @@ def builtin_config_names(incomplete: str = "") -> list[str]:
     return [p.name for p in builtin_configs() if p.name.startswith(incomplete)]
 
 
-ConfigOption = Annotated[
-    str,
-    typer.Option(
+def _config_option() -> typer.models.OptionInfo:
+    return typer.Option(
         "--config",
         "-c",
         metavar="FILE|NAME",
         help="YAML file, or the name of a built-in config (nmt configs).",
         autocompletion=builtin_config_names,
-    ),
-]
+    )
+
+
+ConfigOption = Annotated[str, _config_option()]
+OptionalConfigOption = Annotated[str | None, _config_option()]
 SetOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -7,23 +7,14 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import ConfigOption, SetOption, builtin_config_names, data_app, output_option, user_errors
+from nmt.cli.app import ConfigOption, OptionalConfigOption, SetOption, data_app, output_option, user_errors
 from nmt.errors import NMTError
 
 
 @data_app.command("toy")
 @user_errors
 def data_toy(
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            "-c",
-            metavar="FILE|NAME",
-            help="Write into this config's data.dir.",
-            autocompletion=builtin_config_names,
-        ),
-    ] = None,
+    config: OptionalConfigOption = None,
     output: Annotated[Path | None, output_option("Output directory (instead of --config).")] = None,
     seed: Annotated[int, typer.Option(metavar="INT", help="Generator seed.")] = 1,
 ) -> None:

@@ -36,7 +36,14 @@ def eval_cmd(
     ] = None,
     beam: Annotated[int | None, typer.Option(min=1, metavar="INT", help="Beam size with --model.")] = None,
     device: DeviceOption = "auto",
-    tokenize: Annotated[Tokenizer, typer.Option(help="sacreBLEU's tokenizer for BLEU.")] = "13a",
+    tokenize: Annotated[
+        Tokenizer,
+        typer.Option(
+            metavar="NAME",
+            help="sacreBLEU's tokenizer for BLEU: 13a, intl, zh, char, none, ja-mecab, ko-mecab, spm, "
+            "flores101, flores200 or spBLEU-1K.",
+        ),
+    ] = "13a",
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Case-insensitive scores.")] = False,
     chrf_plus: Annotated[
         bool, typer.Option("--chrf++", help="chrF++ (word bigrams) instead of chrF.")

@@ -42,7 +42,7 @@ def plot_attention(
 @plot_app.command("curves")
 @user_errors
 def plot_curves(
-    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="Run directories to overlay.")],
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="Run directories to overlay.")],
     output: Annotated[Path, output_option("PNG file to write.")] = Path("curves.png"),
 ) -> None:
     """Loss, perplexity and BLEU vs step and wall time (nmt plot curves runs/a runs/b -o c.png)."""

@@ -7,22 +7,13 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import QuietOption, SetOption, app, builtin_config_names, output_option, user_errors
+from nmt.cli.app import OptionalConfigOption, QuietOption, SetOption, app, output_option, user_errors
 
 
 @app.command()
 @user_errors
 def train(
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            "-c",
-            metavar="FILE|NAME",
-            help="YAML file or built-in config name (not needed with --resume).",
-            autocompletion=builtin_config_names,
-        ),
-    ] = None,
+    config: OptionalConfigOption = None,
     set_: SetOption = None,
     output: Annotated[Path | None, output_option("Run directory (default runs/CONFIG).")] = None,
     resume: Annotated[

@@ -32,9 +32,6 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self.sp.encode(texts)
 
-    def pieces(self, text: str) -> list[str]:
-        return self.sp.encode(text, out_type=str)
-
     def decode(self, ids: list[int]) -> str:
         return self.sp.decode([i for i in ids if i > EOS])
 

@@ -18,18 +18,19 @@ from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import prepare, sampled_train, train_text
 from nmt.data.tokenizer import TokenizerPair
-from nmt.decode.translator import Translator
+from nmt.decode.translator import Translation, Translator
 from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.model.seq2seq import Seq2Seq, count_parameters
-from nmt.rundir import CHECKPOINTS, LAST, prepare_run_dir, read_metrics, resume_config
+from nmt.rundir import CHECKPOINTS, LAST, METRICS, TRAIN_LOG, prepare_run_dir, read_metrics, resume_config
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.precision import Precision
 from nmt.train.schedule import Schedule, build_optimizer
+from nmt.train.trackers import open_trackers
 
 HIGHER_IS_BETTER = {"bleu": True, "ppl": False, "loss": False}
 
@@ -46,6 +47,18 @@ class Progress:
     best: float | None = None
     bad_validations: int = 0  # since the last improvement, for early stopping
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
+
+
+@dataclass
+class LogWindow:
+    """Training NLL and target tokens since the last log line, and when the window started."""
+
+    nll: float = 0.0
+    tokens: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, nll: float, tokens: int) -> None:
+        self.nll, self.tokens = self.nll + nll, self.tokens + tokens
 
 
 @dataclass
@@ -98,11 +111,13 @@ class Trainer:
             self.run_dir / "checkpoints", cfg.train.keep_best, cfg.train.average_last, self.higher_is_better
         )
         self.progress = Progress()
+        self.window = LogWindow()
+        self.last_valid: dict = {}  # the newest validation's entry
         if checkpoint:
             self._restore(checkpoint)
         self.objective = TokenLoss(self.model, cfg.train)
         self.ddp_objective = distributed.wrap(self.objective, self.device)
-        self.tensorboard = self._tensorboard() if cfg.train.tensorboard and self.rank == 0 else None
+        self.trackers = open_trackers(cfg.train.loggers, self.run_dir, cfg) if self.rank == 0 else []
         dropped = describe_dropped(data.dropped)
         self.log(
             f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
@@ -137,18 +152,14 @@ class Trainer:
             kept = [line for line in read_lines(metrics) if json.loads(line)["step"] <= self.progress.step]
             atomic_write_text(metrics, "".join(line + "\n" for line in kept))
 
-    def _tensorboard(self):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise NMTError(
-                "train.tensorboard: the tensorboard package is not installed (pip install tensorboard)"
-            ) from None
-        return SummaryWriter(str(self.run_dir / "tensorboard"))
-
     # -- reporting ------------------------------------------------------------------------------
-    def log(self, message: str) -> None:
-        if not self.quiet:
+    def log(self, message: str, show: bool = True) -> None:
+        """A line for the terminal (unless quiet, or `show` is off) and always for train.log."""
+        if self.rank > 0:
+            return
+        with open(self.run_dir / TRAIN_LOG, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+        if show and not self.quiet:
             from tqdm.auto import tqdm
 
             tqdm.write(message, file=sys.stderr)
@@ -161,12 +172,11 @@ class Trainer:
         if self.rank > 0:
             return
         entry["time"] = round(self.elapsed(), 2)
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
-        if self.tensorboard:
-            for key, value in entry.items():
-                if key not in ("step", "epoch", "time"):
-                    self.tensorboard.add_scalar(key, value, entry["step"])
+        scalars = {k: v for k, v in entry.items() if k not in ("step", "epoch", "time")}
+        for tracker in self.trackers:
+            tracker.log_metrics(scalars, entry["step"])
 
     # -- the loop -------------------------------------------------------------------------------
     def train_step(self, groups: list[list[int]]) -> tuple[float, int]:
@@ -197,12 +207,30 @@ class Trainer:
         return nll, tokens  # this process's summed NLL and target tokens
 
     def train(self) -> TrainResult:
+        """Train until a budget is spent or validation stops improving, validate the final
+        weights, average if asked; Ctrl-C saves last.pt and says how to resume."""
+        cfg, p = self.cfg.train, self.progress
+        self.bar = self._progress_bar()
+        try:
+            stopped = self._train_epochs()
+        except KeyboardInterrupt:
+            self._interrupted()
+        self.bar.close()
+        if self.last_valid.get("step") != p.step:
+            self.last_valid = self.validate()
+        self._average()
+        result = TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, self.last_valid, self.rank)
+        self.log(result.summary(), show=False)  # the command line prints it
+        for tracker in self.trackers:
+            tracker.close()
+        return result
+
+    def _progress_bar(self):
         from tqdm.auto import tqdm
 
-        cfg, p = self.cfg.train, self.progress
-        bar = tqdm(
-            total=cfg.max_steps,
-            initial=p.step,
+        return tqdm(
+            total=self.cfg.train.max_steps,
+            initial=self.progress.step,
             desc="training",
             unit="step",
             disable=self.quiet or None,
@@ -210,73 +238,77 @@ class Trainer:
             mininterval=0.5,
             file=sys.stderr,
         )
-        window_nll, window_tokens, window_start = 0.0, 0, time.perf_counter()
-        last_valid: dict = {}
-        stopped = ""
-        try:
-            while not (stopped := self._budget_spent()):
-                batches = self._epoch_batches()
-                while p.batch_in_epoch < len(batches) and not (stopped := self._budget_spent()):
-                    groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
-                    nll, tokens = self.train_step(groups)
-                    p.step += 1
-                    p.batch_in_epoch += len(groups)
-                    self.schedule.on_step(p.step)
-                    window_nll, window_tokens = window_nll + nll, window_tokens + tokens
-                    bar.update()
-                    if p.step % cfg.log_every == 0:
-                        nll, tokens = distributed.all_reduce_sums([window_nll, window_tokens], self.device)
-                        rate, loss = tokens / (time.perf_counter() - window_start), nll / tokens
-                        self.record(
-                            {
-                                "step": p.step,
-                                "epoch": p.epoch,
-                                "loss": loss,
-                                "ppl": math.exp(min(loss, 50)),
-                                "lr": self.schedule.lr,
-                                "tgt_tokens_per_s": rate,
-                                "skipped_steps": p.skipped_steps,
-                            }
-                        )
-                        bar.set_postfix(
-                            loss=f"{loss:.3f}",
-                            ppl=f"{math.exp(min(loss, 50)):.1f}",
-                            lr=f"{self.schedule.lr:.2g}",
-                            tok_s=f"{rate:.0f}",
-                            epoch=p.epoch,
-                            refresh=False,
-                        )
-                        window_nll, window_tokens, window_start = 0.0, 0, time.perf_counter()
-                    if p.step % cfg.valid_every == 0:
-                        validation_start = time.perf_counter()
-                        last_valid = self.validate()
-                        window_start += time.perf_counter() - validation_start  # not training time
-                        if self._patience_spent():
-                            break
-                if p.batch_in_epoch >= len(batches):
-                    self.schedule.on_epoch_end(p.epoch)
-                    p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-                    if cfg.valid_at_epoch_end and last_valid.get("step") != p.step:
-                        last_valid = self.validate()
+
+    def _train_epochs(self) -> str:
+        """Epochs until a budget is spent or patience runs out; returns why training stopped."""
+        while not (stopped := self._budget_spent()):
+            self._train_epoch()
+            if self._patience_spent():
+                cfg = self.cfg.train
+                return f"early stopping: no improvement of valid {cfg.metric} in {cfg.patience} validations"
+        return stopped
+
+    def _train_epoch(self) -> None:
+        """The rest of the current epoch, until it ends, a budget is spent or patience runs out."""
+        cfg, p = self.cfg.train, self.progress
+        batches = self._epoch_batches()
+        while p.batch_in_epoch < len(batches) and not self._budget_spent():
+            groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
+            nll, tokens = self.train_step(groups)
+            p.step += 1
+            p.batch_in_epoch += len(groups)
+            self.schedule.on_step(p.step)
+            self.window.add(nll, tokens)
+            self.bar.update()
+            if p.step % cfg.log_every == 0:
+                self._log_window()
+            if p.step % cfg.valid_every == 0:
+                started = time.perf_counter()
+                self.last_valid = self.validate()
+                self.window.start += time.perf_counter() - started  # not training time
                 if self._patience_spent():
-                    stopped = (
-                        f"early stopping: no improvement of valid {cfg.metric} in {cfg.patience} validations"
-                    )
-                    break
-        except KeyboardInterrupt:
-            bar.close()
-            self.save(LAST)
-            if self.rank == 0:
-                print(
-                    f"interrupted at step {p.step}; continue with: nmt train --resume {self.run_dir}",
-                    file=sys.stderr,
-                )
-            raise SystemExit(0) from None
-        bar.close()
-        if last_valid.get("step") != p.step:
-            last_valid = self.validate()
-        self._average()
-        return TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, last_valid, self.rank)
+                    return
+        if p.batch_in_epoch >= len(batches):
+            self.schedule.on_epoch_end(p.epoch)
+            p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+            if cfg.valid_at_epoch_end and self.last_valid.get("step") != p.step:
+                self.last_valid = self.validate()
+
+    def _log_window(self) -> None:
+        """Loss, perplexity and speed over the steps since the last log line."""
+        p = self.progress
+        nll, tokens = distributed.all_reduce_sums([self.window.nll, self.window.tokens], self.device)
+        rate, loss = tokens / (time.perf_counter() - self.window.start), nll / tokens
+        entry = {
+            "step": p.step,
+            "epoch": p.epoch,
+            "loss": loss,
+            "ppl": math.exp(min(loss, 50)),
+            "lr": self.schedule.lr,
+            "tgt_tokens_per_s": rate,
+            "skipped_steps": p.skipped_steps,
+        }
+        self.record(entry)
+        self.bar.set_postfix(
+            loss=f"{loss:.3f}",
+            ppl=f"{entry['ppl']:.1f}",
+            lr=f"{entry['lr']:.2g}",
+            tok_s=f"{rate:.0f}",
+            epoch=p.epoch,
+            refresh=False,
+        )
+        self.window = LogWindow()
+
+    def _interrupted(self) -> None:
+        self.bar.close()
+        self.save(LAST)
+        message = (
+            f"interrupted at step {self.progress.step}; continue with: nmt train --resume {self.run_dir}"
+        )
+        self.log(message, show=False)
+        if self.rank == 0:
+            print(message, file=sys.stderr)
+        raise SystemExit(0) from None
 
     def _epoch_batches(self) -> list[list[int]]:
         """This process's batches for the current epoch (every `world`-th under torchrun)."""
@@ -302,7 +334,7 @@ class Trainer:
         return bool(self.cfg.train.patience) and self.progress.bad_validations >= self.cfg.train.patience
 
     @torch.no_grad()
-    def evaluate_model(self) -> tuple[dict, list[str]]:
+    def evaluate_model(self) -> tuple[dict, list[Translation]]:
         """Validation loss, perplexity and translation scores of the current weights, and the
         translations themselves."""
         self.model.eval()
@@ -317,7 +349,8 @@ class Trainer:
             nll, tokens = nll + sums.nll, tokens + sums.tokens
         # the same settings as `nmt translate` with this checkpoint
         translator = Translator.from_config(self.model, self.tok, self.cfg, self.device)
-        hyps = [t.text for t in translator.translate([s for s, _ in self.valid_pairs])]
+        translations = translator.translate([s for s, _ in self.valid_pairs])
+        hyps = [t.text for t in translations]
         report = evaluate(
             {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)
         ).systems[0]
@@ -327,14 +360,15 @@ class Trainer:
             "valid_bleu": report.scores["BLEU"],
             "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
-        }, hyps
+        }, translations
 
     def validate(self) -> dict:
         """Validate (rank 0 only), keep the checkpoints, and step the plateau schedule everywhere."""
         p, cfg = self.progress, self.cfg.train
         if self.rank == 0:
-            scores, hyps = self.evaluate_model()
-            atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", "".join(h + "\n" for h in hyps))
+            scores, translations = self.evaluate_model()
+            text = "".join(t.text + "\n" for t in translations)
+            atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", text)
             value = scores[f"valid_{cfg.metric}"]
             improved = p.best is None or (value > p.best if self.higher_is_better else value < p.best)
         else:
@@ -355,7 +389,21 @@ class Trainer:
                 + (" (best)" if improved else "")
             )
             self._plot_curves()
+            self._track_attention(translations)
         return entry
+
+    def _track_attention(self, translations: list[Translation]) -> None:
+        """The first validation sentence's attention, as a heatmap image for the trackers."""
+        example = next((t for t in translations if t.hypotheses), None)
+        if not self.trackers or example is None:
+            return
+        from nmt.plots import attention_figure, figure_pixels
+
+        title = f"valid sentence 1, step {self.progress.step}"
+        panel = (title, example.hypotheses[0].attention, example.src_pieces, example.tgt_pieces)
+        pixels = figure_pixels(attention_figure([panel]))
+        for tracker in self.trackers:
+            tracker.log_image("attention", pixels, self.progress.step)
 
     def _plot_curves(self) -> None:
         from nmt.plots import training_curves

@@ -41,17 +41,14 @@ def sets(items):
     return [x for item in items for x in ("--set", item)]
 
 
+def train_args(toy_dir, out, *extra) -> list[str]:
+    """The `nmt train` arguments of a toy run into `out`."""
+    overrides = sets([*BASE, f"data.dir={toy_dir}", *extra])
+    return ["train", "-c", "toy-luong.yaml", *overrides, "--output", str(out), "-q"]
+
+
 def nmt_train(toy_dir, out, *extra, check=True):
-    args = [
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*BASE, f"data.dir={toy_dir}", *extra]),
-        "--output",
-        str(out),
-        "-q",
-    ]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, train_args(toy_dir, out, *extra))
     if check:
         assert result.exit_code == 0, result.output
     return result
@@ -63,19 +60,7 @@ def losses(run):
 
 def train_command(toy_dir, out, *extra):
     """`nmt train` as a separate process, so a test can kill or interrupt it."""
-    overrides = sets([*BASE, f"data.dir={toy_dir}", "train.max_steps=100000", *extra])
-    return [
-        sys.executable,
-        "-m",
-        "nmt",
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *overrides,
-        "--output",
-        str(out),
-        "-q",
-    ]
+    return [sys.executable, "-m", "nmt", *train_args(toy_dir, out, "train.max_steps=100000", *extra)]
 
 
 def subprocess_env():

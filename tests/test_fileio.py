@@ -1,0 +1,52 @@
+"""Atomic writes: all or nothing, the usual permissions for a new file, the old ones kept for a
+replaced file, and no process-wide state touched to get there."""
+
+import os
+import stat
+
+import pytest
+
+from nmt.fileio import atomic_write, atomic_write_text
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_new_file_gets_0666_less_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x\n")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "a.txt") == 0o640
+    assert os.umask(old) == old  # the process umask is left as it was
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    path.chmod(0o600)
+    atomic_write_text(path, "new\n")
+    assert path.read_text() == "new\n" and mode(path) == 0o600
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        atomic_write(path, fail)
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_importing_fileio_does_not_touch_the_umask():
+    from pathlib import Path
+
+    import nmt.fileio
+
+    assert "os.umask(" not in Path(nmt.fileio.__file__).read_text()
