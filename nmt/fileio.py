@@ -68,3 +68,11 @@ def decode_lines(data: bytes, where: str, errors: str = "strict", hint: str = ""
     if lines and lines[-1] == "":
         lines.pop()
     return [line.rstrip("\r") for line in lines]
+
+
+def require_folder(path: Path) -> None:
+    """Refuse an output whose folder does not exist, before any work: a typo in a path should not
+    cost a long run, nor quietly create a tree of folders."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise NMTError(f"{path}: folder {folder} does not exist; create it first")

@@ -12,7 +12,7 @@ from typing import TextIO
 from nmt.decode.forced import ForcedScore
 from nmt.decode.translator import Translation, Translator
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text, decode_lines, read_lines
+from nmt.fileio import atomic_write_text, decode_lines, read_lines, require_folder
 from nmt.words import attention_view
 
 
@@ -166,6 +166,8 @@ def score_files(
     """The whole `nmt score`: JSONL records (one per pair and model) and the summary lines."""
     from nmt.decode.translator import load_translator
 
+    if output:
+        require_folder(output)
     sources, targets = read_lines(src), read_lines(ref)
     check_same_length({src: sources, ref: targets})
     systems = [(" + ".join(map(str, models)), models)] if ensemble else [(str(m), [m]) for m in models]

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nmt.errors import NMTError
 from nmt.evaluate.alignment import Argmax, word_matrix
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_write_text, read_lines, require_folder
 from nmt.words import WordMap, attention_view, text_words
 
 DATA_MARK = "/*NMT_DATA*/null"
@@ -127,8 +126,7 @@ def build_explorer(
     from nmt.decode.translator import Translator
     from nmt.device import resolve_device
 
-    if not output.parent.is_dir():
-        raise NMTError(f"{output}: folder {output.parent} does not exist; create it first")
+    require_folder(output)
     sources = read_lines(src)
     targets = read_lines(ref) if ref else None
     check_same_length({src: sources, ref: targets})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate, format_table, sentence_details
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_write_text, read_lines, require_folder
 
 
 def _unique(name: str, taken: dict) -> str:
@@ -119,8 +119,7 @@ def run_align(
     from nmt.words import text_words
 
     chosen = method(how, threshold)
-    if not output.parent.is_dir():
-        raise NMTError(f"{output}: folder {output.parent} does not exist; create it first")
+    require_folder(output)
     sources = read_lines(src)
     targets = read_lines(ref) if ref else None
     gold_lines = read_lines(gold) if gold else None
