@@ -71,7 +71,7 @@ def system_info(path: Path, loaded, taken: list[dict]) -> dict:
         "attention": m.attention.type,
         "decoder": m.decoder.style + (" + input feeding" if m.decoder.input_feeding else ""),
         "parameters": count_parameters(loaded.model),
-        "step": loaded.state.get("step"),
+        "step": loaded.state.get("progress", {}).get("step"),
     }
 
 
