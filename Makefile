@@ -44,10 +44,10 @@ demo: install
 	    --output $(DEMO_DIR)/test.hyp --plot-attention $(DEMO_DIR)/attention --plot-first 3
 	$(NMT) eval --hyp $(DEMO_DIR)/test.hyp --ref $(DEMO_DIR)/data/test.iso
 	@echo; echo "word alignments from attention against the toy task's gold links:"
-	@$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human \
-	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.hyp.align | tail -1
-	@$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human --ref $(DEMO_DIR)/data/test.iso \
-	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.ref.align | tail -1
+	$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human \
+	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.hyp.align
+	$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human --ref $(DEMO_DIR)/data/test.iso \
+	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.ref.align
 	$(NMT) explore --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human --ref $(DEMO_DIR)/data/test.iso \
 	    --output $(DEMO_DIR)/explore.html
 	@echo; echo "examples (source | output | reference):"
