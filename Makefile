@@ -6,7 +6,7 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR   ?= demo
 # the optional extras the tests exercise, so `make test` runs every integration for real
-EXTRAS     ?= dev,tensorboard,mlflow,browser
+EXTRAS     ?= dev,tensorboard,mlflow,onnx,browser
 BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed

@@ -150,6 +150,9 @@ class TrainConfig:
     patience: int = setting(0, "stop after this many validations without improvement; 0: never")
     keep_best: int = setting(1, "keep the k best validation checkpoints (best.pt is always the best)")
     average_last: int = setting(0, "at the end, average the last n validation checkpoints into averaged.pt")
+    save_every_minutes: float = setting(
+        5.0, "also save last.pt this often (at a log step), so a kill loses little"
+    )
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
     precision: Literal["auto", "fp32", "fp16", "bf16"] = setting("auto", "auto: AMP on CUDA, fp32 elsewhere")
     loggers: list[Literal["tensorboard", "mlflow"]] = setting(
@@ -205,12 +208,73 @@ def resolve_config_path(name: str | Path) -> Path:
     raise NMTError(f"{name}: config not found (not a file, nor a built-in config: {known})")
 
 
+MAX_CONFIG_VALUES = 10_000  # a config has ~100; more means YAML aliases expanding without end
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping (the second would silently
+    replace the first, a whole section included)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str, source: str) -> Any:
+    """Parse untrusted YAML: safe tags only, no duplicate keys, and bounded in size once its
+    aliases are expanded (a few hundred bytes of nested aliases can mean billions of values)."""
+    try:
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        raise NMTError(f"{source}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
+    check_size(data, source)
+    return data
+
+
+def check_size(data: Any, source: str) -> None:
+    """Refuse a structure with more than MAX_CONFIG_VALUES values, counting shared ones each time
+    they occur, without walking further than that."""
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise NMTError(
+                f"{source}: more than {MAX_CONFIG_VALUES} values once YAML aliases are expanded; "
+                "a config needs far fewer (remove the aliases)"
+            )
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def show(value: Any) -> str:
+    """A short repr of an untrusted value for an error message."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxlevel = 60, 60, 4, 4, 2
+    return r.repr(value)
+
+
 def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
     path = resolve_config_path(name)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise NMTError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise NMTError(f"{path}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
+    except OSError as e:
+        raise NMTError(f"{path}: cannot read the config ({e.strerror})") from None
+    raw = read_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise NMTError(f"{path}: the top level must be a mapping of sections")
     for item in overrides or []:
@@ -218,8 +282,21 @@ def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
     return config_from_dict(raw, source=str(path))
 
 
+def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
+    """Configs of nmt 0.1 (in their checkpoints and run folders): `train.tensorboard: true`
+    became `train.loggers: [tensorboard]`."""
+    train = raw.get("train")
+    if isinstance(train, dict) and "tensorboard" in train:
+        train = dict(train)
+        if train.pop("tensorboard") is True and "tensorboard" not in train.get("loggers", []):
+            train["loggers"] = [*train.get("loggers", []), "tensorboard"]
+        raw = {**raw, "train": train}
+    return raw
+
+
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
-    cfg = _build(Config, raw, source, "")
+    check_size(raw, source)
+    cfg = _build(Config, upgrade(raw), source, "")
     validate(cfg, source)
     return cfg
 
@@ -248,10 +325,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             if not isinstance(node, dict):
                 raise NMTError(f"--set {item}: {part} is not a section")
             cls = hint
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise NMTError(f"--set {item}: the value is not valid YAML ({str(e).splitlines()[0]})") from None
+    parsed = read_yaml(value, f"--set {item}")
     _convert(hint, parsed, "--set", key.strip())
     node[parts[-1]] = parsed
 
@@ -266,12 +340,13 @@ def _did_you_mean(name: str, known) -> str:
 def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
     where = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
-        raise NMTError(f"{source}: {where}: expected a mapping, got {raw!r}")
+        raise NMTError(f"{source}: {where}: expected a mapping, got {show(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields), key=str)
     if unknown:
-        raise NMTError(f"{source}: {prefix}{unknown[0]}: unknown key{_did_you_mean(str(unknown[0]), fields)}")
+        name = str(unknown[0])[:60]
+        raise NMTError(f"{source}: {prefix}{name}: unknown key{_did_you_mean(name, fields)}")
     values = {}
     for name, f in fields.items():
         key = f"{prefix}{name}"
@@ -290,7 +365,7 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
     args = typing.get_args(tp)
     if origin is Literal:
         if value not in args:
-            raise NMTError(f"{source}: {key}: {value!r} is not one of {', '.join(map(str, args))}")
+            raise NMTError(f"{source}: {key}: {show(value)} is not one of {', '.join(map(str, args))}")
         return value
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
@@ -299,11 +374,11 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
         return _convert(inner[0], value, source, key)
     if origin is list:
         if not isinstance(value, list):
-            raise NMTError(f"{source}: {key}: expected a list, got {value!r}")
+            raise NMTError(f"{source}: {key}: expected a list, got {show(value)}")
         return [_convert(args[0], item, source, f"{key}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise NMTError(f"{source}: {key}: expected a mapping, got {value!r}")
+            raise NMTError(f"{source}: {key}: expected a mapping, got {show(value)}")
         return {str(k): str(v) for k, v in value.items()}
     if tp is float and isinstance(value, int | str) and not isinstance(value, bool):
         try:  # YAML 1.1 reads `1e-4` (no dot) as a string; take it as the number it means
@@ -311,7 +386,74 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
         except ValueError:
             pass
     if tp in (int, float, str, bool) and (type(value) is not tp):
-        raise NMTError(f"{source}: {key}: expected {tp.__name__}, got {value!r}")
+        raise NMTError(f"{source}: {key}: expected {tp.__name__}, got {show(value)}")
+    return value
+
+
+RULES = {
+    "positive_int": (lambda v: v >= 1, "must be at least 1"),
+    "non_negative": (lambda v: v >= 0 and v != float("inf"), "must be a finite number >= 0"),
+    "positive": (lambda v: v > 0 and v != float("inf"), "must be a finite number > 0"),
+    "probability": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "fraction": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "decay": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "coverage": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "ratio": (lambda v: v >= 1 and v != float("inf"), "must be a finite number >= 1"),
+}
+# Every numeric setting and the range it must lie in (decode has its own: validate_decode).
+RANGES = {
+    "positive_int": [
+        "data.max_len",
+        "tokenizer.num_threads",
+        "tokenizer.input_sentence_size",
+        "model.embedding",
+        "model.encoder.hidden",
+        "model.encoder.layers",
+        "model.decoder.hidden",
+        "model.decoder.layers",
+        "model.attention.dim",
+        "model.attention.heads",
+        "model.attention.window",
+        "train.batch_size",
+        "train.update_every",
+        "train.decay_patience",
+        "train.max_steps",
+        "train.log_every",
+        "train.valid_every",
+        "train.keep_best",
+    ],
+    "non_negative": [
+        "tokenizer.sampling_alpha",
+        "train.lr",
+        "train.weight_decay",
+        "train.warmup_steps",
+        "train.min_lr",
+        "train.decay_start_epoch",
+        "train.max_epochs",
+        "train.max_time",
+        "train.patience",
+        "train.average_last",
+        "train.save_every_minutes",
+    ],
+    "positive": ["model.init_scale", "train.clip"],
+    "probability": [
+        "model.dropout",
+        "model.encoder.dropout",
+        "model.decoder.dropout",
+        "model.attention.dropout",
+        "train.momentum",
+    ],
+    "fraction": ["train.label_smoothing", "train.teacher_forcing_ratio", "train.teacher_forcing_final"],
+    "decay": ["train.decay_factor"],
+    "coverage": ["tokenizer.character_coverage"],
+    "ratio": ["data.max_ratio"],
+}
+
+
+def _get(cfg: Config, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
     return value
 
 
@@ -322,31 +464,12 @@ def validate(cfg: Config, source: str) -> None:
         raise NMTError(f"{source}: {key}: {why}")
 
     m, att, dec, enc = cfg.model, cfg.model.attention, cfg.model.decoder, cfg.model.encoder
-    for key, value in [
-        ("model.embedding", m.embedding),
-        ("model.encoder.hidden", enc.hidden),
-        ("model.encoder.layers", enc.layers),
-        ("model.decoder.hidden", dec.hidden),
-        ("model.decoder.layers", dec.layers),
-        ("train.batch_size", cfg.train.batch_size),
-        ("train.log_every", cfg.train.log_every),
-        ("train.valid_every", cfg.train.valid_every),
-        ("train.update_every", cfg.train.update_every),
-        ("train.keep_best", cfg.train.keep_best),
-    ]:
-        if value < 1:
-            fail(key, f"must be at least 1, got {value}")
-    t = cfg.train
-    for key, value in [
-        ("teacher_forcing_ratio", t.teacher_forcing_ratio),
-        ("label_smoothing", t.label_smoothing),
-    ]:
-        if not 0 <= value <= 1:
-            fail(f"train.{key}", f"must be in [0, 1], got {value}")
-    if t.teacher_forcing_final is not None and not 0 <= t.teacher_forcing_final <= 1:
-        fail("train.teacher_forcing_final", "must be in [0, 1]")
-    if not 0 < t.decay_factor <= 1:
-        fail("train.decay_factor", "must be in (0, 1]")
+    for rule, keys in RANGES.items():
+        test, why = RULES[rule]
+        for key in keys:
+            value = _get(cfg, key)
+            if value is not None and not test(value):  # written so that NaN fails every rule
+                fail(key, f"{why}, got {show(value)}")
     validate_decode(cfg.decode, source)
     if cfg.tokenizer.vocab_size < 8:
         fail("tokenizer.vocab_size", "must be at least 8")
@@ -359,8 +482,6 @@ def validate(cfg: Config, source: str) -> None:
         )
     if att.type == "multihead" and memory % att.heads:
         fail("model.attention.heads", f"2 * encoder.hidden ({memory}) must divide by {att.heads}")
-    if att.type in ("local_m", "local_p") and att.window < 1:
-        fail("model.attention.window", "must be at least 1")
     if att.type == "none" and dec.bridge == "none":
         fail("model.decoder.bridge", "with attention none the decoder needs a bridge from the encoder")
     if dec.bridge == "last" and (dec.hidden != memory or dec.layers != enc.layers):
@@ -372,24 +493,22 @@ def validate(cfg: Config, source: str) -> None:
         fail("model.decoder.input_feeding", "input feeding belongs to the luong style")
     if m.tie_embeddings and dec.style == "luong" and m.embedding != dec.hidden:
         fail("model.tie_embeddings", f"needs model.embedding == decoder.hidden ({dec.hidden})")
-    if not 0 <= cfg.model.dropout < 1:
-        fail("model.dropout", "must be in [0, 1)")
     if cfg.tokenizer.sampling_alpha and cfg.tokenizer.type != "unigram":
         fail("tokenizer.sampling_alpha", "subword regularisation needs type unigram")
-    if cfg.data.max_ratio < 1:
-        fail("data.max_ratio", "must be at least 1")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
 
 
 def validate_decode(d: DecodeConfig, source: str) -> None:
     """The checks of the `decode` section, also applied to settings given per command or call."""
-    for key in ("beam", "batch_size", "max_len"):
-        if getattr(d, key) < 1:
-            raise NMTError(f"{source}: decode.{key}: must be at least 1, got {getattr(d, key)}")
-    for key in ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio"):
-        if getattr(d, key) < 0:
-            raise NMTError(f"{source}: decode.{key}: must not be negative, got {getattr(d, key)}")
+    for rule, keys in (
+        ("positive_int", ("beam", "batch_size", "max_len")),
+        ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio")),
+    ):
+        test, why = RULES[rule]
+        for key in keys:
+            if not test(getattr(d, key)):
+                raise NMTError(f"{source}: decode.{key}: {why}, got {show(getattr(d, key))}")
 
 
 def decode_settings(base: DecodeConfig, overrides: dict[str, Any], source: str) -> DecodeConfig:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -33,9 +34,18 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk, a read-only folder: say which file, keep the old one
+            e.filename = e.filename or str(path)
+            raise NMTError(describe_os_error(e)) from None
         raise
+
+
+def atomic_copy(source: Path, target: Path) -> None:
+    """Copy a file through `atomic_write`: a crash or a full disk never leaves half a copy."""
+    with open(source, "rb") as f:
+        atomic_write(target, lambda out: shutil.copyfileobj(f, out, 1 << 20))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -64,15 +74,54 @@ def decode_lines(data: bytes, where: str, errors: str = "strict", hint: str = ""
         raise NMTError(
             f"{where}: line {line} is not valid UTF-8; re-encode the file as UTF-8{hint}"
         ) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the first line
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.rstrip("\r") for line in lines]
 
 
-def require_folder(path: Path) -> None:
-    """Refuse an output whose folder does not exist, before any work: a typo in a path should not
-    cost a long run, nor quietly create a tree of folders."""
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise NMTError(f"{path}: folder {folder} does not exist; create it first")
+def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path | None]) -> None:
+    """Before any work: every output file can be written where it is named, and none is one of
+    the command's inputs (compared as resolved paths and as inodes, so links count too).
+
+    `outputs` and `inputs` map an option name (`-o`, `--ref`) to its path, or None when unset."""
+    for option, out in outputs.items():
+        if out is None or not str(out) or Path(out).is_char_device() or Path(out).is_fifo():
+            continue
+        out = Path(out)
+        if out.is_dir():
+            raise NMTError(f"{option} {out}: is a folder; give a file name")
+        parent = out.parent
+        if not parent.is_dir():
+            raise NMTError(f"{option} {out}: the folder {parent} does not exist; create it first")
+        for name, source in inputs.items():
+            if source is not None and _same_file(out, Path(source)):
+                raise NMTError(
+                    f"{option} {out}: is also this command's input ({name}); write the output elsewhere"
+                )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def describe_os_error(e: OSError) -> str:
+    """`path: reason`, with a hint for the failures a user can fix."""
+    import errno
+
+    where = e.filename or "nmt"
+    hints = {
+        errno.ENOSPC: "free some space or write elsewhere",
+        errno.EDQUOT: "free some space or write elsewhere",
+        errno.EFBIG: "free some space, raise the file size limit or write elsewhere",
+        errno.EACCES: "check its permissions",
+        errno.EPERM: "check its permissions",
+        errno.EROFS: "write elsewhere",
+        errno.EISDIR: "give a file name, not a folder",
+        errno.ENOTDIR: "a part of the path is a file, not a folder",
+    }
+    hint = hints.get(e.errno or 0)
+    return f"{where}: {e.strerror or e}" + (f" ({hint})" if hint else "")

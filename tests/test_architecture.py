@@ -15,13 +15,15 @@ PACKAGE = Path(nmt.__file__).parent
 # Lowest first; a module may import from a lower layer, or from its own package (the same prefix).
 LAYERS = [
     ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words"],
-    ["nmt.fileio", "nmt.config", "nmt.device"],
+    ["nmt.fileio", "nmt.config", "nmt.device", "nmt.hub"],
     ["nmt.plots", "nmt.rundir"],
     ["nmt.data"],
     ["nmt.model"],
     ["nmt.checkpoint"],
     ["nmt.decode"],
+    ["nmt.runtime"],
     ["nmt.evaluate"],
+    ["nmt.ship"],
     ["nmt.train"],
     ["nmt.cli"],
     ["nmt.__main__"],

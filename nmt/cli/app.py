@@ -17,6 +17,7 @@ from typer import _click as click  # typer >= 0.29 vendors click
 from typer.core import TyperArgument, TyperGroup
 
 from nmt.errors import NMTError
+from nmt.fileio import describe_os_error
 
 
 def _argument_type(self: TyperArgument, ctx) -> str | None:
@@ -49,6 +50,16 @@ class OneLineErrors(TyperGroup):
             sys.exit(e.exit_code)
         except typer.Abort:
             click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except Exception:  # a bug in nmt: show it, and say where to report it
+            import traceback
+
+            traceback.print_exc()
+            click.echo(
+                "nmt hit an internal error (a bug, not a problem with your input); please report it "
+                "with the traceback above and the output of `nmt env`",
+                err=True,
+            )
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -114,15 +125,20 @@ def output_option(help: str) -> typer.models.OptionInfo:
 
 
 def user_errors(command):
-    """Turn an NMTError into one line on stderr and exit code 2, never a traceback."""
+    """Turn what a user can cause or meet into one line on stderr and exit code 2: an NMTError,
+    or an OS error at the boundary (permission denied, a full disk, a folder where a file was
+    expected), named by its path. Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except NMTError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(code=2) from None
+            message = str(e)
+        except OSError as e:
+            message = describe_os_error(e)
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(code=2)
 
     return wrapper
 

@@ -46,8 +46,11 @@ def plot_curves(
     output: Annotated[Path, output_option("PNG file to write.")] = Path("curves.png"),
 ) -> None:
     """Loss, perplexity and BLEU vs step and wall time (nmt plot curves runs/a runs/b -o c.png)."""
+    from nmt.fileio import check_outputs
     from nmt.plots import training_curves
     from nmt.rundir import read_metrics
+
+    check_outputs({"-o": output}, {f"run {run}": run for run in runs})
 
     training_curves({str(run): read_metrics(run) for run in runs}, output)
     echo_written(output)

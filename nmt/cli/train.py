@@ -22,8 +22,13 @@ def train(
     quiet: QuietOption = False,
 ) -> None:
     """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy)."""
+    from nmt.train.trainer import Interrupted
     from nmt.train.trainer import train as run_training
 
-    result = run_training(config, set_ or [], output, resume, quiet)
+    try:
+        result = run_training(config, set_ or [], output, resume, quiet)
+    except Interrupted as stop:
+        typer.echo(str(stop), err=True)
+        raise typer.Exit(stop.exit_code) from None
     if result.rank == 0:
         typer.echo(result.summary())

@@ -16,7 +16,10 @@ def translate(
     model: Annotated[
         list[Path],
         typer.Option(
-            "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to ensemble."
+            "--model",
+            "-m",
+            metavar="PATH",
+            help="Checkpoint, run or release directory, or hf://user/repo; repeat to ensemble.",
         ),
     ],
     input: Annotated[
@@ -71,11 +74,18 @@ def translate(
     ] = False,
     dpi: Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.")] = 100,
     device: DeviceOption = "auto",
+    engine: Annotated[
+        Literal["torch", "onnx"],
+        typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
+    ] = "torch",
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
     from nmt.decode.output import OutputOptions, translate_files
-    from nmt.decode.translator import load_translator
+    from nmt.fileio import check_outputs
+
+    models = {f"-m {path}": path for path in model}
+    check_outputs({"-o": output, "--attention": attention}, {"-i": input, **models})
 
     overrides = {
         "beam": beam,
@@ -89,7 +99,14 @@ def translate(
         "no_repeat_ngram": no_repeat_ngram,
         "allow_unk": False if no_unk else None,
     }
-    translator = load_translator(model, overrides, device)
+    if engine == "onnx":
+        from nmt.runtime.translator import load_onnx_translator
+
+        translator = load_onnx_translator(model, overrides)
+    else:
+        from nmt.decode.translator import load_translator
+
+        translator = load_translator(model, overrides, device)
     model_name = " + ".join(map(str, model))
     opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first, pieces, dpi, model_name)
     summary = translate_files(translator, input, output, opts, quiet)

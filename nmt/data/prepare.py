@@ -7,8 +7,10 @@ normalised but never filtered, and their raw references are kept for scoring.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,14 +79,10 @@ def prepare(
     raw_train = load_split(cfg.data, "train")
     key = fingerprint(cfg, digest(raw_train))
     cache = Path(cfg.data.cache_dir) / key
-    meta_path = cache / "meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
-    cached_tok = _cached_tokenizers(cache, meta) if meta else None
-    usable = meta is not None and (tokenizers is None or tokenizers.to_state() == cached_tok.to_state())
-
-    if usable:
-        tok, dropped = cached_tok, Counter(meta["dropped"])
-        train = EncodedCorpus.load(cache / "train.npz")
+    cached = _read_cache(cache, tokenizers)
+    usable = cached is not None
+    if cached is not None:
+        tok, train, dropped = cached
     else:
         cleaned, dropped = clean_pairs(raw_train, cfg.data)
         if not cleaned:
@@ -105,6 +103,22 @@ def prepare(
     )
 
 
+def _read_cache(cache: Path, tokenizers: TokenizerPair | None):
+    """(tokenizers, training data, dropped counts) from the cache, or None when it is missing,
+    made with other tokenizers than `tokenizers`, or damaged (then it is simply rebuilt)."""
+    meta_path = cache / "meta.json"
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        tok = _cached_tokenizers(cache, meta)
+        if tokenizers is not None and tokenizers.to_state() != tok.to_state():
+            return None
+        return tok, EncodedCorpus.load(cache / "train.npz"), Counter(meta["dropped"])
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, zipfile.BadZipFile):
+        return None
+
+
 def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     raw = load_split(cfg.data, name)
     form = cfg.data.normalize
@@ -112,9 +126,11 @@ def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     # Keyed by the text and the tokenizer: a change in either must never read old arrays.
     tok_key = hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
     path = cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
+    corpus = None
     if path.is_file():
-        corpus = EncodedCorpus.load(path)
-    else:
+        with contextlib.suppress(OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            corpus = EncodedCorpus.load(path)
+    if corpus is None:  # missing or damaged: encode again
         corpus = encode([s for s, _ in pairs], [normalize(t, form) for _, t in pairs], tok)
         if cache.is_dir():
             corpus.save(path)

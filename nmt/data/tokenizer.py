@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
+from pathlib import Path
 
 import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
+from nmt.fileio import atomic_write
 from nmt.vocab import BOS, EOS, PAD, UNK
+
+# The SentencePiece files of a release or an export: one joint model, or one per side.
+JOINT_FILE, SRC_FILE, TGT_FILE = "spm.model", "src.model", "tgt.model"
 
 
 class Tokenizer:
@@ -90,3 +95,30 @@ class TokenizerPair:
         src = Tokenizer(state["src"])
         tgt = src if state["tgt"] == state["src"] else Tokenizer(state["tgt"])
         return cls(src, tgt)
+
+    @property
+    def joint(self) -> bool:
+        return self.src.model_bytes == self.tgt.model_bytes
+
+    def save(self, directory: Path) -> list[str]:
+        """Write the model file(s) into `directory` (one joint file, or src + tgt); their names."""
+        files = {JOINT_FILE: self.src} if self.joint else {SRC_FILE: self.src, TGT_FILE: self.tgt}
+        for name, tok in files.items():
+            atomic_write(Path(directory) / name, lambda f, tok=tok: f.write(tok.model_bytes))
+        return list(files)
+
+    @classmethod
+    def load(cls, directory: Path) -> TokenizerPair:
+        """The tokenizers `save` wrote into `directory`."""
+        directory = Path(directory)
+        if (directory / JOINT_FILE).is_file():
+            joint = (directory / JOINT_FILE).read_bytes()
+            return cls.from_state({"src": joint, "tgt": joint})
+        missing = [n for n in (SRC_FILE, TGT_FILE) if not (directory / n).is_file()]
+        if missing:
+            raise NMTError(
+                f"{directory}: no SentencePiece model ({JOINT_FILE}, or {SRC_FILE} and {TGT_FILE})"
+            )
+        return cls.from_state(
+            {"src": (directory / SRC_FILE).read_bytes(), "tgt": (directory / TGT_FILE).read_bytes()}
+        )

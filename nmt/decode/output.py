@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TextIO
 
 from nmt.decode.forced import ForcedScore
-from nmt.decode.translator import Translation, Translator
+from nmt.decode.text import TextTranslator, Translation
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text, decode_lines, read_lines, require_folder
+from nmt.fileio import atomic_write_text, check_outputs, decode_lines, read_lines
 from nmt.words import attention_view
 
 
@@ -65,7 +65,7 @@ def attention_record(index: int, t: Translation, pieces: bool = False) -> dict:
 
 
 def translate_stream(
-    translator: Translator, lines: list[str], opts: OutputOptions, out: TextIO | None, quiet: bool
+    translator: TextTranslator, lines: list[str], opts: OutputOptions, out: TextIO | None, quiet: bool
 ) -> list[Translation]:
     """Translate `lines`, writing each result to `out` as soon as its turn comes (None: keep)."""
     from tqdm.auto import tqdm
@@ -81,7 +81,7 @@ def translate_stream(
 
 
 def translate_files(
-    translator: Translator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
+    translator: TextTranslator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
 ) -> str:
     """The whole `nmt translate`; returns a summary line for stderr ('' when nothing to say)."""
     if input is None and sys.stdin.isatty() and output is None:
@@ -120,7 +120,7 @@ def translate_files(
     return "\n".join(notes)
 
 
-def interactive(translator: Translator, opts: OutputOptions) -> None:
+def interactive(translator: TextTranslator, opts: OutputOptions) -> None:
     """A prompt: one sentence in, its translation out, until end of input (Ctrl-D)."""
     print("Type a sentence and press Enter; Ctrl-D quits.", file=sys.stderr)
     index = 0
@@ -166,8 +166,7 @@ def score_files(
     """The whole `nmt score`: JSONL records (one per pair and model) and the summary lines."""
     from nmt.decode.translator import load_translator
 
-    if output:
-        require_folder(output)
+    check_outputs({"-o": output}, {"--src": src, "--ref": ref})
     sources, targets = read_lines(src), read_lines(ref)
     check_same_length({src: sources, ref: targets})
     systems = [(" + ".join(map(str, models)), models)] if ensemble else [(str(m), [m]) for m in models]

@@ -15,9 +15,8 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
-from nmt.vocab import BOS, EOS, PAD, UNK
-
-NEG_INF = float("-inf")
+from nmt.decode.ranking import NEG_INF, Hypothesis, final_score, restrict, search_is_over
+from nmt.vocab import BOS, EOS
 
 
 class StepModel(Protocol):
@@ -31,57 +30,6 @@ class StepModel(Protocol):
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, Any]: ...
 
     def step(self, y: Tensor, state: Any, memory: Any, positions: Tensor) -> tuple[Tensor, Any, Tensor]: ...
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # target ids, ending in EOS unless the length cap stopped it
-    score: float  # the ranking score: log_prob / length_penalty + coverage_penalty
-    log_prob: float  # sum of the tokens' log-probabilities
-    attention: Tensor  # (len(tokens), S) weights, one row per output token
-
-
-def length_penalty(length: int, cfg: DecodeConfig) -> float:
-    """|Y| counts EOS. `avg`: |Y|^alpha (alpha = 1: mean log-prob); `gnmt` (Wu et al. 2016):
-    ((5 + |Y|) / 6)^alpha. Both grow with |Y|, which the beam's stop rule relies on."""
-    if cfg.length_penalty == "avg":
-        return length**cfg.alpha
-    if cfg.length_penalty == "gnmt":
-        return ((5 + length) / 6) ** cfg.alpha
-    return 1.0
-
-
-def coverage_penalty(attention: Tensor, src_len: int, cfg: DecodeConfig) -> float:
-    """GNMT: beta * sum_i log(min(sum_j a_ji, 1)) over the real source words i; at most 0.
-
-    Coverage is floored at 1e-6 so a word that got exactly zero weight (outside every local
-    window) costs a finite amount instead of -inf.
-    """
-    if cfg.coverage == 0:
-        return 0.0
-    covered = attention[:, :src_len].sum(0).clamp(1e-6, 1.0)
-    return cfg.coverage * float(covered.log().sum())
-
-
-def final_score(log_prob: float, attention: Tensor, src_len: int, cfg: DecodeConfig) -> float:
-    return log_prob / length_penalty(attention.size(0), cfg) + coverage_penalty(attention, src_len, cfg)
-
-
-def restrict(logp: Tensor, t: int, history: Tensor, cfg: DecodeConfig) -> Tensor:
-    """Forbid tokens the settings rule out at step t: logp (N, V), history (N, t) tokens so far."""
-    logp[:, [PAD, BOS]] = NEG_INF
-    if t + 1 < cfg.min_len:
-        logp[:, EOS] = NEG_INF
-    if not cfg.allow_unk:
-        logp[:, UNK] = NEG_INF
-    n = cfg.no_repeat_ngram
-    if n and t + 1 >= n:
-        rows = history.tolist()
-        for row, seq in enumerate(rows):
-            prefix = seq[t - n + 1 :] if n > 1 else []
-            banned = [seq[i + n - 1] for i in range(t - n + 1) if seq[i : i + n - 1] == prefix]
-            logp[row, banned] = NEG_INF
-    return logp
 
 
 def next_log_probs(model: StepModel, y: Tensor, state, mem, t: int, history: Tensor, cfg: DecodeConfig):
@@ -136,18 +84,6 @@ def greedy_search(
     return out
 
 
-def search_is_over(
-    finished: list[Hypothesis], live_scores: Tensor, t: int, max_len: int, K: int, cfg: DecodeConfig
-) -> bool:
-    """Whether a sentence's search is over after step t (see `beam_search`)."""
-    if t + 1 >= max_len:
-        return True
-    if len(finished) < K:
-        return False
-    worst = sorted(h.score for h in finished)[-K]
-    return worst >= float(live_scores.max()) / length_penalty(max_len, cfg)
-
-
 @dataclass
 class Candidates:
     """The best n = 2K extensions of each live sentence's beams at one step, best first."""
@@ -160,14 +96,8 @@ class Candidates:
 
 
 class BeamSearch:
-    """The live beams of the sentences still searched, and the hypotheses they have finished.
-
-    A sentence is finished when it has K complete hypotheses and no live one can still beat the
-    worst of them. A live log-prob can only fall, its length penalty can grow at most to the
-    length cap's, and the coverage penalty is never above 0, so the bound is
-    best_live / lp(max_len). (Stopping as soon as the top hypothesis ends is wrong once a length
-    penalty is on.)
-    """
+    """The live beams of the sentences still searched, and the hypotheses they have finished
+    (a sentence is finished by `ranking.search_is_over`)."""
 
     def __init__(self, B: int, K: int, S: int, src_len: Tensor, max_lens: list[int], cfg: DecodeConfig):
         device = src_len.device

@@ -1,9 +1,8 @@
-"""Text in, text out: tokenise, sort by length, decode in batches, restore the input order."""
+"""The torch engine: a `TextTranslator` whose batches go through `greedy_search` / `beam_search`
+with a Seq2Seq (or an ensemble of them), and `load_translator` for any model path."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,31 +13,17 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.forced import ForcedScore, forced_decode
-from nmt.decode.search import Hypothesis, StepModel, beam_search, greedy_search
+from nmt.decode.ranking import Hypothesis
+from nmt.decode.search import StepModel, beam_search, greedy_search
+from nmt.decode.text import TextTranslator, Translation
 from nmt.errors import NMTError
 from nmt.vocab import EOS
 
-
-@dataclass
-class Translation:
-    src_pieces: list[str]  # with the final "</s>"
-    tgt_pieces: list[str]  # with the final "</s>" when the hypothesis ended in EOS
-    hypotheses: list[Hypothesis]  # n-best, best first; empty for an empty input line
-    texts: list[str]  # the detokenised text of each hypothesis
-    truncated: bool = False  # the source was longer than the model's limit and was cut to it
-
-    @property
-    def text(self) -> str:
-        """The best translation."""
-        return self.texts[0]
+__all__ = ["Translation", "Translator", "load_translator"]
 
 
-class Translator:
-    """Decodes with `model` (a Seq2Seq or an Ensemble) under the settings of `cfg`.
-
-    Sources longer than `src_limit` subwords (the training length limit) are cut to it, and their
-    `Translation.truncated` says so, so the caller can warn.
-    """
+class Translator(TextTranslator):
+    """Decodes with `model` (a Seq2Seq or an Ensemble) on `device` under the settings of `cfg`."""
 
     def __init__(
         self,
@@ -49,8 +34,8 @@ class Translator:
         src_limit: int = 10**9,
         normalize_form: str = "none",
     ):
-        self.model, self.tok, self.cfg, self.device = model, tok, cfg, device
-        self.src_limit, self.normalize_form = src_limit, normalize_form
+        super().__init__(tok, cfg, src_limit, normalize_form)
+        self.model, self.device = model, device
 
     @classmethod
     def from_config(
@@ -67,57 +52,17 @@ class Translator:
         settings = decode_settings(cfg.decode, overrides or {}, source)
         return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize)
 
-    def configured(self, **settings) -> Translator:
-        """The same model with other decode settings (`beam=5`, `alpha=0.6`, ...), checked."""
-        cfg = decode_settings(self.cfg, settings, "Translator.configured")
-        return Translator(self.model, self.tok, cfg, self.device, self.src_limit, self.normalize_form)
-
-    def max_len(self, src_len: int) -> int:
-        return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
-
-    def translate(self, lines: list[str], nbest: int = 1) -> list[Translation]:
-        return list(self.iter_translate(lines, nbest))
-
-    def iter_translate(
-        self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
-    ) -> Iterator[Translation]:
-        """Translations in input order; batches are formed from length-sorted sentences."""
-        ids, truncated = self._source_ids(lines)
-        # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
-        done = {i: Translation([], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
-        order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
-        batches = iter(self._batches(order, ids))
-        next_out = 0
-        while True:
-            while next_out in done:
-                yield done.pop(next_out)
-                next_out += 1
-            chunk = next(batches, None)
-            if chunk is None:
-                return
-            for i, hyps in zip(chunk, self._decode([ids[i] for i in chunk], nbest), strict=True):
-                texts = [self.tok.tgt.decode(h.tokens) for h in hyps]
-                done[i] = Translation(
-                    src_pieces=self.tok.src.id_to_piece(ids[i]),
-                    tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
-                    hypotheses=hyps,
-                    texts=texts,
-                    truncated=i in truncated,
-                )
-            if progress:
-                progress(len(chunk))
-
     def score(self, sources: list[str], targets: list[str]) -> list[ForcedScore]:
         """Forced decoding of each (source, target) pair, in input order: the target's
         log-probability per piece and the attention the model puts on the source while
         producing it. Both sides are normalised and the source truncated as in `translate`."""
         if len(sources) != len(targets):
             raise NMTError(f"score: {len(sources)} sources but {len(targets)} targets")
-        src_ids, truncated = self._source_ids(sources)
-        tgt_ids = [
-            pieces + [EOS]
-            for pieces in self.tok.tgt.encode_batch([normalize(t, self.normalize_form) for t in targets])
-        ]
+        norm = self.normalize_form
+        src_ids = [p + [EOS] for p in self.tok.src.encode_batch([normalize(s, norm) for s in sources])]
+        truncated = {i for i, ids in enumerate(src_ids) if len(ids) > self.src_limit + 1}
+        src_ids = [ids[: self.src_limit] + [EOS] if i in truncated else ids for i, ids in enumerate(src_ids)]
+        tgt_ids = [p + [EOS] for p in self.tok.tgt.encode_batch([normalize(t, norm) for t in targets])]
         order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
         out: list[ForcedScore | None] = [None] * len(sources)
         for chunk in self._batches(order, src_ids):
@@ -133,28 +78,6 @@ class Translator:
                 )
         return out  # type: ignore[return-value]
 
-    def _source_ids(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
-        """Normalised, encoded sources ending in EOS, cut to the model's limit (and which were)."""
-        ids, truncated = [], set()
-        normalized = [normalize(line, self.normalize_form) for line in lines]
-        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
-            if len(pieces) > self.src_limit:
-                truncated.add(i)
-                pieces = pieces[: self.src_limit]
-            ids.append(pieces + [EOS])
-        return ids, truncated
-
-    def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
-        """Consecutive length-sorted sentences, up to batch_size sentences or padded tokens."""
-        if self.cfg.batch_type == "sentences":
-            return [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
-        batches: list[list[int]] = [[]]
-        for i in order:  # sorted ascending, so the newest sentence is the longest
-            if batches[-1] and (len(batches[-1]) + 1) * len(ids[i]) > self.cfg.batch_size:
-                batches.append([])
-            batches[-1].append(i)
-        return [b for b in batches if b]
-
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         src, src_len = pad_sources(rows)
         src = src.to(self.device)
@@ -165,13 +88,14 @@ class Translator:
 
 
 def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu") -> Translator:
-    """A Translator for one checkpoint (or run directory), or an ensemble of several; `overrides`
-    replace the first checkpoint's `decode` settings."""
-    from nmt.checkpoint import load_checkpoint
+    """A Translator for one model (a checkpoint, run directory, release directory or hf:// path;
+    see `nmt.checkpoint.load_model`), or an ensemble of several; `overrides` replace the first
+    model's `decode` settings."""
+    from nmt.checkpoint import load_model
     from nmt.device import resolve_device
 
     torch_device = resolve_device(device)
-    loaded = [load_checkpoint(path, torch_device) for path in checkpoints]
+    loaded = [load_model(path, torch_device) for path in checkpoints]
     first = loaded[0]
     for path, other in zip(checkpoints[1:], loaded[1:], strict=True):
         if other.tokenizers.to_state() != first.tokenizers.to_state():

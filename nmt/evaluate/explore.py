@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from nmt.evaluate.alignment import Argmax, word_matrix
-from nmt.fileio import atomic_write_text, read_lines, require_folder
+from nmt.fileio import atomic_write_text, check_outputs, read_lines
 from nmt.words import WordMap, attention_view, text_words
 
 DATA_MARK = "/*NMT_DATA*/null"
@@ -126,7 +126,7 @@ def build_explorer(
     from nmt.decode.translator import Translator
     from nmt.device import resolve_device
 
-    require_folder(output)
+    check_outputs({"-o": output}, {"--src": src, "--ref": ref})
     sources = read_lines(src)
     targets = read_lines(ref) if ref else None
     check_same_length({src: sources, ref: targets})

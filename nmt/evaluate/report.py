@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate, format_table, sentence_details
-from nmt.fileio import atomic_write_text, read_lines, require_folder
+from nmt.fileio import atomic_write_text, check_outputs, read_lines
 
 
 def _unique(name: str, taken: dict) -> str:
@@ -34,6 +34,8 @@ def run_eval(
         raise NMTError("eval: give --hyp FILE (one or more), or --model CKPT with --src FILE")
     if models and src is None:
         raise NMTError("eval: --model needs --src FILE")
+    inputs = {f"--ref {p}": p for p in refs} | {f"--hyp {p}": p for p in hyps} | {"--src": src}
+    check_outputs({"--plot": plot, "--details": details}, inputs | {f"-m {p}": p for p in models})
     references = [read_lines(path) for path in refs]
     src_lines = read_lines(src) if src else None
     systems: dict[str, list[str]] = {}
@@ -68,6 +70,7 @@ def plot_attention_of(
     """Heatmap of one sentence, from a `translate --attention` JSONL file or from a checkpoint."""
     from nmt.plots import attention_heatmap, check_plot_path, draw_heatmaps
 
+    check_outputs({"-o": out}, {"--attention": attention, "-m": model})
     if (attention is None) == (model is None):
         raise NMTError("plot attention: give --attention FILE, or --model CKPT with --sentence TEXT")
     check_plot_path(out)
@@ -119,7 +122,7 @@ def run_align(
     from nmt.words import text_words
 
     chosen = method(how, threshold)
-    require_folder(output)
+    check_outputs({"-o": output}, {"--src": src, "--ref": ref, "--gold": gold})
     sources = read_lines(src)
     targets = read_lines(ref) if ref else None
     gold_lines = read_lines(gold) if gold else None

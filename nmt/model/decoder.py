@@ -29,6 +29,17 @@ from nmt.vocab import PAD
 FUSED_CELL_MAX_ROWS = 8  # measured crossover between the fused cell and nn.LSTM, one step
 
 
+def lstm_cell(
+    x: Tensor, state: tuple[Tensor, Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor
+) -> tuple[Tensor, Tensor]:
+    """torch.lstm_cell written out in matrix products (gates in PyTorch's order i, f, g, o): the
+    same maths, in operations every ONNX exporter and runtime has."""
+    h, c = state
+    i, f, g, o = (x @ w_ih.t() + b_ih + h @ w_hh.t() + b_hh).chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
 @dataclass
 class Memory:
     """Everything the decoder reads from the encoder, fixed for a whole search."""
@@ -78,21 +89,25 @@ class Decoder(Registry, nn.Module):
     def rnn_input_size(self, cfg: ModelConfig, memory_dim: int) -> int:
         raise NotImplementedError
 
+    unrolled_cell = False  # True: single steps always use `lstm_cell` (ONNX export, nmt/ship/export.py)
+
     def run_rnn(self, x: Tensor, state: DecoderState) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """The LSTM over x (B, k, I) from state -> outputs (B, k, D) and the new (h, c).
 
         A single step of a few rows (decoding one sentence) goes through the fused LSTM cell
         with the same weights: one nn.LSTM call costs ~1 ms there whatever the size, the cell
-        0.15 ms. From ~8 rows on nn.LSTM is faster (docs/performance.md).
+        0.15 ms. From ~8 rows on nn.LSTM is faster (docs/performance.md). `unrolled_cell` takes
+        the cell in plain matrix products for every row count, which exports to ONNX.
         """
-        if x.size(1) > 1 or x.size(0) > FUSED_CELL_MAX_ROWS:
+        if x.size(1) > 1 or (x.size(0) > FUSED_CELL_MAX_ROWS and not self.unrolled_cell):
             return self.rnn(x, (state.h, state.c))
+        cell = lstm_cell if self.unrolled_cell else torch.lstm_cell
         layer_input, hs, cs = x[:, 0], [], []
         for layer in range(self.layers):
             weights = [
                 getattr(self.rnn, f"{w}_l{layer}") for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
             ]
-            h, c = torch.lstm_cell(layer_input, (state.h[layer], state.c[layer]), *weights)
+            h, c = cell(layer_input, (state.h[layer], state.c[layer]), *weights)
             hs.append(h)
             cs.append(c)
             # as nn.LSTM: dropout on every layer's output but the last, in training only

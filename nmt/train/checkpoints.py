@@ -3,12 +3,12 @@ snapshots (step-N.pt), and the average of the last n."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import read_checkpoint
+from nmt.checkpoint import average_checkpoints
+from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
 
 
@@ -29,10 +29,10 @@ class CheckpointKeeper:
         """`last.pt` has just been written for the newest validation; copy and prune the rest."""
         step = validations[-1][0]
         if improved:
-            shutil.copyfile(self.directory / LAST, self.directory / BEST)
+            atomic_copy(self.directory / LAST, self.directory / BEST)
         if not self.keeps_snapshots:
             return
-        shutil.copyfile(self.directory / LAST, self.snapshot(step))
+        atomic_copy(self.directory / LAST, self.snapshot(step))
         ranked = sorted(validations, key=lambda sv: -self.sign * sv[1])
         keep = {s for s, _ in ranked[: self.keep_best]} | {s for s, _ in validations[-self.average_last :]}
         for path in self.directory.glob("step-*.pt"):
@@ -44,9 +44,4 @@ class CheckpointKeeper:
         steps = [s for s, _ in validations[-self.average_last :]]
         if self.average_last < 2 or len(steps) < 2:
             return None
-        total: dict[str, torch.Tensor] = {}
-        for step in steps:
-            weights = read_checkpoint(self.snapshot(step))["model"]
-            for name, value in weights.items():
-                total[name] = total.get(name, 0) + value.double()
-        return {name: (value / len(steps)).float() for name, value in total.items()}
+        return average_checkpoints([self.snapshot(step) for step in steps])["model"]

@@ -3,16 +3,19 @@ checkpoints that are never half-written, and state complete enough to resume exa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import read_checkpoint, save_checkpoint
+from nmt.checkpoint import model_weights, read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
@@ -22,9 +25,21 @@ from nmt.decode.translator import Translation, Translator
 from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_copy, atomic_write_text
 from nmt.model.seq2seq import Seq2Seq, count_parameters
-from nmt.rundir import CHECKPOINTS, LAST, METRICS, TRAIN_LOG, prepare_run_dir, read_metrics, resume_config
+from nmt.rundir import (
+    BEST,
+    CHECKPOINTS,
+    CONFIG,
+    LAST,
+    METRICS,
+    TRAIN_LOG,
+    RunLock,
+    check_new_run_dir,
+    prepare_run_dir,
+    read_metrics,
+    resume_config,
+)
 from nmt.train import distributed
 from nmt.train.checkpoints import CheckpointKeeper
 from nmt.train.loss import TokenLoss, batch_loss
@@ -47,6 +62,15 @@ class Progress:
     best: float | None = None
     bad_validations: int = 0  # since the last improvement, for early stopping
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
+    finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
+
+
+class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
+    """Training stopped by a signal; last.pt holds the state to resume from (unless said otherwise)."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)  # 130 for SIGINT, 143 for SIGTERM, as shells report
 
 
 @dataclass
@@ -90,7 +114,8 @@ class Trainer:
         self.precision = Precision(self.device, cfg.train.precision)
         torch.manual_seed(cfg.train.seed)
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
-        checkpoint = read_checkpoint(self.run_dir / "checkpoints" / LAST) if resume else None
+        self.notes: list[str] = []  # logged when training starts: the run directory may not exist yet
+        checkpoint = read_checkpoint(self.run_dir / CHECKPOINTS / LAST) if resume else None
         resumed_tok = TokenizerPair.from_state(checkpoint["tokenizers"]) if checkpoint else None
 
         # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
@@ -108,49 +133,78 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
         self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
         self.keeper = CheckpointKeeper(
-            self.run_dir / "checkpoints", cfg.train.keep_best, cfg.train.average_last, self.higher_is_better
+            self.run_dir / CHECKPOINTS, cfg.train.keep_best, cfg.train.average_last, self.higher_is_better
         )
         self.progress = Progress()
+        if not checkpoint:
+            self._forget_metrics_after(0)  # a run killed before its first checkpoint starts afresh
         self.window = LogWindow()
         self.last_valid: dict = {}  # the newest validation's entry
         if checkpoint:
             self._restore(checkpoint)
         self.objective = TokenLoss(self.model, cfg.train)
         self.ddp_objective = distributed.wrap(self.objective, self.device)
-        self.trackers = open_trackers(cfg.train.loggers, self.run_dir, cfg) if self.rank == 0 else []
+        self.trackers: list = []  # opened when training starts, in the run directory
+        self.stop_signal: int | None = None  # SIGINT or SIGTERM received, handled between steps
+        self.last_save = time.perf_counter()
         dropped = describe_dropped(data.dropped)
-        self.log(
+        self.notes[:0] = [
             f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
             f"validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
-            + (" (cached)" if data.from_cache else "")
-        )
-        self.log(
+            + (" (cached)" if data.from_cache else ""),
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
-            + (f", {self.world} processes" if self.world > 1 else "")
-        )
+            + (f", {self.world} processes" if self.world > 1 else ""),
+        ]
 
     @property
     def higher_is_better(self) -> bool:
         return HIGHER_IS_BETTER[self.cfg.train.metric]
 
     def _restore(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(model_weights(state))
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.precision.scaler.load_state_dict(state["scaler"])
         progress = dict(state["progress"])
         progress["validations"] = [tuple(v) for v in progress["validations"]]
         self.progress = Progress(**progress)
+        if "window" in state:  # a stop between log steps: the next log line still covers its steps
+            self.window = LogWindow(*state["window"])
         torch.set_rng_state(state["rng"]["torch"].cpu())
         self.generator.set_state(state["rng"]["teacher_forcing"].cpu())
         if torch.cuda.is_available() and "cuda" in state["rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
         # The killed session may have logged past its last checkpoint: forget those lines.
-        metrics = self.run_dir / "metrics.jsonl"
+        self._forget_metrics_after(self.progress.step)
+        self._repair_best()
+
+    def _forget_metrics_after(self, step: int) -> None:
+        """Drop metrics lines a killed session logged past its last checkpoint (and a line cut
+        short by the kill), so the resumed run's log reads as one uninterrupted run."""
+        metrics = self.run_dir / METRICS
         if metrics.exists() and self.rank == 0:
-            kept = [line for line in read_lines(metrics) if json.loads(line)["step"] <= self.progress.step]
-            atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+            kept = [m for m in read_metrics(self.run_dir) if m["step"] <= step]
+            atomic_write_text(metrics, "".join(json.dumps(m) + "\n" for m in kept))
+
+    def _repair_best(self) -> None:
+        """A best.pt that is missing or unreadable (a crash or a full disk while writing it) is
+        rebuilt from the best validation's snapshot if one was kept, else from last.pt."""
+        directory = self.run_dir / CHECKPOINTS
+        best, validations = directory / BEST, self.progress.validations
+        if self.rank > 0 or not validations:
+            return
+        try:
+            read_checkpoint(best)
+            return
+        except NMTError:
+            pass
+        best_step = max(validations, key=lambda sv: sv[1] if self.higher_is_better else -sv[1])[0]
+        source = self.keeper.snapshot(best_step)
+        if not source.is_file():
+            source = directory / LAST
+        atomic_copy(source, best)
+        self.notes.append(f"{best} was missing or damaged; rebuilt it from {source.name}")
 
     # -- reporting ------------------------------------------------------------------------------
     def log(self, message: str, show: bool = True) -> None:
@@ -208,22 +262,83 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Train until a budget is spent or validation stops improving, validate the final
-        weights, average if asked; Ctrl-C saves last.pt and says how to resume."""
+        weights and average if asked. SIGINT (Ctrl-C) or SIGTERM stops at the next step boundary,
+        saves last.pt and raises `Interrupted`, so a resume continues exactly."""
         cfg, p = self.cfg.train, self.progress
+        for note in self.notes:
+            self.log(note)
+        if done := self._already_finished():
+            self.log(f"{self.run_dir} is finished ({done}); raise a budget to continue it")
+            stopped = f"already finished: {done}"
+            return TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, {}, self.rank)
+        if self.rank == 0:
+            self.trackers = open_trackers(cfg.loggers, self.run_dir, self.cfg)
         self.bar = self._progress_bar()
-        try:
+        with self._stop_on_signals():
             stopped = self._train_epochs()
-        except KeyboardInterrupt:
-            self._interrupted()
-        self.bar.close()
-        if self.last_valid.get("step") != p.step:
-            self.last_valid = self.validate()
-        self._average()
+            self.bar.close()
+            if self.last_valid.get("step") != p.step:
+                self.last_valid = self.validate()
+            self._average()
+        p.finished = stopped
+        self.save(LAST)
         result = TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, self.last_valid, self.rank)
         self.log(result.summary(), show=False)  # the command line prints it
         for tracker in self.trackers:
             tracker.close()
         return result
+
+    def _already_finished(self) -> str:
+        """Why a resumed run has nothing left to do ('' when it has: a budget was raised)."""
+        if not self.progress.finished:
+            return ""
+        if reason := self._budget_spent():
+            return reason
+        if self._patience_spent():
+            return self.progress.finished
+        self.progress.finished = ""
+        return ""
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """While training, SIGINT and SIGTERM ask for a stop at the next step boundary (a second
+        one stops at once, without saving: the state mid-step is not one to resume from)."""
+
+        def request_stop(signum, frame):
+            if self.stop_signal is not None:
+                raise KeyboardInterrupt
+            self.stop_signal = signum
+
+        handlers = {}
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, request_stop)
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.bar.close()
+            last = self.run_dir / CHECKPOINTS / LAST
+            raise Interrupted(
+                signal.SIGINT,
+                f"interrupted twice at step {self.progress.step}: not saved; "
+                f"continue from the last checkpoint with: nmt train --resume {self.run_dir}"
+                + ("" if last.exists() else " (none yet: the run will start afresh)"),
+            ) from None
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def _stop_if_asked(self) -> None:
+        """At a step boundary: save and stop if a signal asked for it (on every process at once)."""
+        if not distributed.any_true(self.stop_signal is not None, self.device):
+            return
+        self.bar.close()
+        self.save(LAST)
+        name = "SIGTERM" if self.stop_signal == signal.SIGTERM else "interrupted"
+        message = f"{name} at step {self.progress.step}; continue with: nmt train --resume {self.run_dir}"
+        self.log(message, show=False)
+        raise Interrupted(self.stop_signal or signal.SIGINT, message)
 
     def _progress_bar(self):
         from tqdm.auto import tqdm
@@ -262,12 +377,14 @@ class Trainer:
             self.bar.update()
             if p.step % cfg.log_every == 0:
                 self._log_window()
+                self._save_if_due()
             if p.step % cfg.valid_every == 0:
                 started = time.perf_counter()
                 self.last_valid = self.validate()
                 self.window.start += time.perf_counter() - started  # not training time
                 if self._patience_spent():
                     return
+            self._stop_if_asked()  # after the step's validation, so a resume does not skip it
         if p.batch_in_epoch >= len(batches):
             self.schedule.on_epoch_end(p.epoch)
             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
@@ -299,16 +416,12 @@ class Trainer:
         )
         self.window = LogWindow()
 
-    def _interrupted(self) -> None:
-        self.bar.close()
-        self.save(LAST)
-        message = (
-            f"interrupted at step {self.progress.step}; continue with: nmt train --resume {self.run_dir}"
-        )
-        self.log(message, show=False)
-        if self.rank == 0:
-            print(message, file=sys.stderr)
-        raise SystemExit(0) from None
+    def _save_if_due(self) -> None:
+        """last.pt every `save_every_minutes`, at a log step (the loss window is empty there, so
+        a resume from it logs exactly what the uninterrupted run logs)."""
+        minutes = self.cfg.train.save_every_minutes
+        if self.rank == 0 and minutes and time.perf_counter() - self.last_save >= 60 * minutes:
+            self.save(LAST)
 
     def _epoch_batches(self) -> list[list[int]]:
         """This process's batches for the current epoch (every `world`-th under torchrun)."""
@@ -432,11 +545,12 @@ class Trainer:
     def save(self, name: str) -> None:
         if self.rank > 0:
             return
+        self.last_save = time.perf_counter()
         rng = {"torch": torch.get_rng_state(), "teacher_forcing": self.generator.get_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         save_checkpoint(
-            self.run_dir / "checkpoints" / name,
+            self.run_dir / CHECKPOINTS / name,
             self.cfg,
             self.model,
             self.tok,
@@ -444,6 +558,7 @@ class Trainer:
             schedule=self.schedule.state_dict(),
             scaler=self.precision.scaler.state_dict(),
             progress=vars(self.progress) | {"elapsed": self.elapsed()},
+            window=[self.window.nll, self.window.tokens],  # the loss since the last log line
             rng=rng,
         )
 
@@ -451,20 +566,41 @@ class Trainer:
 def train(
     config: str | None, overrides: list[str], out: Path | None, resume: Path | None, quiet: bool
 ) -> TrainResult:
-    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`."""
+    """`nmt train`: a new run in `out`, or the continuation of the run in `resume`.
+
+    Everything that can fail (config, data, model) is checked before a new run directory is
+    created, and it is created whole; a resumed run is locked against a second process.
+    """
     distributed.init()
+    rank0 = distributed.rank_and_world()[0] == 0
     try:
         if resume:
-            cfg = resume_config(Path(resume), config, overrides, write=distributed.rank_and_world()[0] == 0)
             run_dir = Path(resume)
+            lock = RunLock(run_dir) if rank0 and (run_dir / CONFIG).is_file() else None
+            last = run_dir / CHECKPOINTS / LAST
+            state = read_checkpoint(last) if last.is_file() else None
+            cfg, changes = resume_config(
+                run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"]
+            )
+            trainer = Trainer(cfg, run_dir, quiet=quiet, resume=state is not None)
+            trainer.notes += [f"resuming with {c}" for c in changes] or []
+            if state is None:
+                trainer.notes.append("no checkpoint yet: starting the run afresh from its config")
         else:
             if config is None:
                 raise NMTError("train: give --config FILE (or --resume RUN_DIR)")
             cfg = load_config(config, overrides)
             run_dir = Path(out) if out else Path("runs") / Path(config).stem
-            if distributed.rank_and_world()[0] == 0:
+            check_new_run_dir(run_dir)
+            trainer = Trainer(cfg, run_dir, quiet=quiet)  # data and model ready before the folder exists
+            if rank0:
                 prepare_run_dir(run_dir, cfg)
             distributed.barrier()
-        return Trainer(cfg, run_dir, quiet=quiet, resume=bool(resume)).train()
+            lock = RunLock(run_dir) if rank0 else None
+        try:
+            return trainer.train()
+        finally:
+            if lock:
+                lock.release()
     finally:
         distributed.shutdown()

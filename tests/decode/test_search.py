@@ -8,7 +8,8 @@ import torch
 
 from nmt.config import DecodeConfig, config_from_dict
 from nmt.decode.ensemble import Ensemble
-from nmt.decode.search import beam_search, coverage_penalty, greedy_search, length_penalty
+from nmt.decode.ranking import coverage_penalty, length_penalty
+from nmt.decode.search import beam_search, greedy_search
 from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
 from nmt.vocab import BOS, EOS, PAD, UNK

@@ -57,7 +57,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run(tracked_run):
     from nmt.rundir import resume_config
 
     run_id = (tracked_run / "mlflow" / "run-id").read_text().strip()
-    cfg = resume_config(tracked_run, None, ["train.max_steps=15"])
+    cfg, _ = resume_config(tracked_run, None, ["train.max_steps=15"])
     Trainer(cfg, tracked_run, quiet=True, resume=True).train()
     client = MlflowClient(f"sqlite:///{tracked_run / 'mlflow' / 'mlflow.db'}")
     assert [

@@ -88,23 +88,6 @@ def test_same_seed_same_losses_and_exact_resume_after_kill_9(toy_dir, tmp_path):
     assert losses(killed) == losses(tmp_path / "a")
 
 
-def test_ctrl_c_saves_last_and_says_how_to_resume(toy_dir, tmp_path):
-    run = tmp_path / "run"
-    cmd = train_command(toy_dir, run, "train.valid_every=100000")
-    proc = subprocess.Popen(
-        cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.time() + 120
-    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and losses(run)):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert f"nmt train --resume {run}" in err
-    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
-    assert state["progress"]["step"] >= 5
-
-
 def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(toy_dir, tmp_path, monkeypatch):
     from nmt.checkpoint import load_checkpoint
     from nmt.fileio import atomic_write

@@ -1,0 +1,302 @@
+"""`nmt export`: a model as two ONNX graphs that need no torch to run (`nmt.runtime` decodes
+with them):
+
+- `encoder.onnx`: src (B, S) int64, src_len (B,) int64 -> the memory every step reads
+  (`memory`, `mask`, `keys`) and the decoder's first state (`h`, `c`, `feed`);
+- `decoder_step.onnx`: one target position for R rows, state in, state out: y, h, c, feed,
+  memory, mask, keys, positions -> log_probs (R, V), h, c, feed, weights (R, S).
+
+`feed` (Luong input feeding's h~_{t-1}) is a zero-width (R, 0) array for the other decoders,
+so every model has the same graph signature. The graphs come from the model's own modules
+through the TorchScript exporter, with two export-friendly equivalents: the encoder runs its
+stacked layers one bidirectional layer at a time (the exporter mis-wires a multi-layer
+bidirectional LSTM), and the decoder steps with `lstm_cell` in plain matrix products. After
+writing, each export is run with onnxruntime on a check batch against torch; a model whose
+graphs do not reproduce it is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.checkpoint import LoadedModel, load_model
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write, atomic_write_text
+from nmt.model.decoder import DecoderState, Memory
+from nmt.model.seq2seq import Seq2Seq
+from nmt.vocab import EOS, PAD
+
+ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"
+EXPORT_FORMAT = 1
+OPSET = 17
+TOLERANCE = 1e-4  # max |torch - onnxruntime| / (1 + |onnxruntime|) over every output on the check batch
+ENCODER_INPUTS, ENCODER_OUTPUTS = ["src", "src_len"], ["memory", "mask", "keys", "h", "c", "feed"]
+STEP_INPUTS = ["y", "h", "c", "feed", "memory", "mask", "keys", "positions"]
+STEP_OUTPUTS = ["log_probs", "h_out", "c_out", "feed_out", "weights"]
+
+
+class ExportEncoder(nn.Module):
+    """Seq2Seq.encode with one single-layer bidirectional nn.LSTM per encoder layer (same weights)."""
+
+    def __init__(self, model: Seq2Seq):
+        super().__init__()
+        self.model = model
+        rnn = model.encoder.rnn
+        self.layers = nn.ModuleList()
+        for layer in range(rnn.num_layers):
+            single = nn.LSTM(
+                rnn.input_size if layer == 0 else 2 * rnn.hidden_size,
+                rnn.hidden_size,
+                batch_first=True,
+                bidirectional=True,
+            )
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                for suffix in ("", "_reverse"):
+                    getattr(single, f"{name}_l0{suffix}").data = getattr(rnn, f"{name}_l{layer}{suffix}").data
+            self.layers.append(single)
+
+    def forward(self, src: Tensor, src_len: Tensor):
+        enc = self.model.encoder
+        x = enc.embed(src)  # eval mode: no dropout
+        hs, cs = [], []
+        for rnn in self.layers:
+            packed = pack_padded_sequence(x, src_len, batch_first=True, enforce_sorted=False)
+            out, (h, c) = rnn(packed)
+            x, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+            hs.append(h)
+            cs.append(c)
+        h, c = torch.stack(hs), torch.stack(cs)  # (L, 2, B, H)
+        mem = self.model.decoder.prepare(x, src != PAD)
+        state = self.model.decoder.init_state(*self.model.bridge(h, c))
+        return mem.memory, mem.mask, mem.keys, state.h, state.c, _feed(state, src.size(0))
+
+
+def _feed(state: DecoderState, rows: int) -> Tensor:
+    return state.feed if state.feed is not None else state.h.new_zeros(rows, 0)
+
+
+class ExportStep(nn.Module):
+    """Seq2Seq.step for R rows with one memory row each, log-softmaxed as the searches use it."""
+
+    def __init__(self, model: Seq2Seq):
+        super().__init__()
+        self.model = model
+        self.feeds = getattr(model.decoder, "input_feeding", False)
+
+    def forward(self, y, h, c, feed, memory, mask, keys, positions):
+        state = DecoderState(h, c, feed if self.feeds else None)
+        logits, state, weights = self.model.step(y, state, Memory(memory, mask, keys), positions)
+        return torch.log_softmax(logits.float(), -1), state.h, state.c, _feed(state, y.size(0)), weights
+
+
+def export_friendly(model: Seq2Seq) -> Seq2Seq:
+    model = copy.deepcopy(model).float().eval()
+    model.decoder.unrolled_cell = True
+    return model
+
+
+def check_batch(vocab: int, rows: int = 3, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Sources of different lengths (padding included), ending in EOS."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([7 + 2 * rows - 2 * i for i in range(rows)][:rows])
+    src = torch.randint(4, max(5, vocab), (rows, int(lengths.max())), generator=g)
+    for i, n in enumerate(lengths.tolist()):
+        src[i, n - 1] = EOS
+        src[i, n:] = PAD
+    return src, lengths
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """The TorchScript exporter writes C++ warnings about packed sequences straight to file
+    descriptor 2 (not through Python's warnings); keep them off the user's terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _graph(module: nn.Module, args: tuple, inputs: list[str], outputs: list[str], dynamic: dict) -> bytes:
+    buffer = io.BytesIO()
+    with torch.no_grad(), warnings.catch_warnings(), quiet_stderr():
+        warnings.simplefilter("ignore")  # the exporter's notes on traced shapes and packed sequences
+        torch.onnx.export(
+            module,
+            args,
+            buffer,
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=dynamic,
+        )
+    return buffer.getvalue()
+
+
+def export_graphs(model: Seq2Seq, vocab: int) -> tuple[bytes, bytes]:
+    encoder, step = ExportEncoder(model).eval(), ExportStep(model).eval()
+    src, src_len = check_batch(vocab, rows=2, seed=1)
+    with torch.no_grad():
+        enc_out = encoder(src, src_len)
+    R = src.size(0)
+    step_args = (
+        torch.full((R,), 4, dtype=torch.long),
+        enc_out[3],
+        enc_out[4],
+        enc_out[5],
+        *enc_out[:3],
+        torch.zeros(R, dtype=torch.long),
+    )
+    rows = {0: "rows"}
+    source = {0: "rows", 1: "source_length"}
+    layered = {1: "rows"}
+    enc_graph = _graph(
+        encoder,
+        (src, src_len),
+        ENCODER_INPUTS,
+        ENCODER_OUTPUTS,
+        {
+            "src": source,
+            "src_len": rows,
+            "memory": source,
+            "mask": source,
+            "keys": source,
+            "h": layered,
+            "c": layered,
+            "feed": rows,
+        },
+    )
+    step_graph = _graph(
+        step,
+        step_args,
+        STEP_INPUTS,
+        STEP_OUTPUTS,
+        {
+            "y": rows,
+            "h": layered,
+            "c": layered,
+            "feed": rows,
+            "memory": source,
+            "mask": source,
+            "keys": source,
+            "positions": rows,
+            "log_probs": rows,
+            "h_out": layered,
+            "c_out": layered,
+            "feed_out": rows,
+            "weights": source,
+        },
+    )
+    return enc_graph, step_graph
+
+
+def _gap(ours: tuple[Tensor, ...], theirs: list) -> float:
+    """The largest difference between torch's outputs and onnxruntime's, relative to the size of
+    the value (|a - b| / (1 + |b|)): float32 rounding grows with it, and a confident model's
+    log-probabilities reach -30 and below."""
+    pairs = ((a.float(), torch.from_numpy(b).float()) for a, b in zip(ours, theirs, strict=True) if a.numel())
+    return max(float(((a - b).abs() / (1 + b.abs())).max()) for a, b in pairs)
+
+
+def check_graphs(model: Seq2Seq, vocab: int, enc_graph: bytes, step_graph: bytes) -> float:
+    """The largest difference between torch and onnxruntime over an encoder call and three steps
+    on a batch of another size than the one traced (so the dynamic axes are exercised too)."""
+    import onnxruntime as ort
+
+    encoder, step = ExportEncoder(model).eval(), ExportStep(model).eval()
+    enc_session = ort.InferenceSession(enc_graph, providers=["CPUExecutionProvider"])
+    step_session = ort.InferenceSession(step_graph, providers=["CPUExecutionProvider"])
+    src, src_len = check_batch(vocab, rows=11, seed=2)
+    with torch.no_grad():
+        ours = encoder(src, src_len)
+        worst = _gap(ours, enc_session.run(None, {"src": src.numpy(), "src_len": src_len.numpy()}))
+        memory, mask, keys, h, c, feed = ours
+        y = torch.full((src.size(0),), 4, dtype=torch.long)
+        for t in range(3):
+            args = (y, h, c, feed, memory, mask, keys, torch.full_like(y, t))
+            ours = step(*args)
+            read = {i.name for i in step_session.get_inputs()}
+            feeds = {n: a.numpy() for n, a in zip(STEP_INPUTS, args, strict=True) if n in read}
+            theirs = step_session.run(None, feeds)
+            worst = max(worst, _gap(ours, theirs))
+            y, h, c, feed = ours[0].argmax(-1), *ours[1:4]
+    return worst
+
+
+def runtime_config(loaded: LoadedModel) -> dict:
+    cfg = loaded.config
+    return {
+        "format": "nmt-onnx",
+        "format_version": EXPORT_FORMAT,
+        "src_lang": cfg.data.src_lang,
+        "tgt_lang": cfg.data.tgt_lang,
+        "max_len": cfg.data.max_len,
+        "normalize": cfg.data.normalize,
+        "decoder": cfg.model.decoder.style,
+        "input_feeding": cfg.model.decoder.style == "luong" and cfg.model.decoder.input_feeding,
+        "attention": cfg.model.attention.type,
+        "decode": asdict(cfg.decode),
+    }
+
+
+def export(source: Path | str, output: Path) -> list[str]:
+    """Export `source` (a checkpoint, run directory, release directory or hf:// path) into the new
+    directory `output`; returns lines saying what was written and how close it is to torch."""
+    try:
+        import onnx  # noqa: F401  (the exporter needs it)
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise NMTError("nmt export needs the onnx extra: pip install 'nmt[onnx]'") from None
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise NMTError(f"{output}: already exists and is not empty; choose a new --output directory")
+    loaded = load_model(source)
+    model = export_friendly(loaded.model)
+    vocab = len(loaded.tokenizers.src)
+    what = f"{loaded.config.model.decoder.style} decoder with {loaded.config.model.attention.type} attention"
+    try:
+        enc_graph, step_graph = export_graphs(model, vocab)
+    except Exception as e:  # the exporter's many error types for an operation it cannot express
+        raise NMTError(f"{source}: the {what} cannot be exported to ONNX ({type(e).__name__}: {e})") from None
+    difference = check_graphs(model, vocab, enc_graph, step_graph)
+    if not difference <= TOLERANCE:
+        raise NMTError(
+            f"{source}: the ONNX graphs of the {what} differ from torch by {difference:.2g} "
+            f"(more than {TOLERANCE}); refusing to write an export that would translate differently"
+        )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp"))
+    try:
+        atomic_write(tmp / ENCODER, lambda f: f.write(enc_graph))
+        atomic_write(tmp / STEP, lambda f: f.write(step_graph))
+        atomic_write_text(tmp / CONFIG, json.dumps(runtime_config(loaded), indent=2) + "\n")
+        loaded.tokenizers.save(tmp)
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    total = sum(p.stat().st_size for p in output.iterdir())
+    return [
+        f"wrote {output}: {ENCODER} {len(enc_graph) / 1e6:.2f} MB, {STEP} {len(step_graph) / 1e6:.2f} MB, "
+        f"{total / 1e6:.2f} MB in all",
+        f"checked against torch: max relative difference {difference:.1e} over every output of both graphs",
+    ]

@@ -1,0 +1,158 @@
+"""`nmt release`: a training checkpoint -> a directory to ship: `model.safetensors` (weights only,
+fp32 or fp16), `config.yaml` (what translating needs: model, decoding, data limits), the
+SentencePiece model(s) and a model card (`README.md`). Every `-m` option loads it
+(`nmt.checkpoint.load_model`) without any pickle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from nmt.checkpoint import RELEASE_CONFIG, RELEASE_WEIGHTS, LoadedModel, load_checkpoint, resolve_checkpoint
+from nmt.config import Config
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write, atomic_write_text, read_lines
+from nmt.rundir import CHECKPOINTS, METRICS, read_metrics
+from nmt.ship.card import TestScores, model_card
+
+CARD = "README.md"
+
+
+@dataclass
+class ReleaseSummary:
+    directory: Path
+    checkpoint: Path
+    checkpoint_bytes: int
+    release_bytes: int
+    weights_bytes: int
+    scores: TestScores | None
+
+    def lines(self) -> list[str]:
+        ratio = self.checkpoint_bytes / self.release_bytes
+        out = [
+            f"wrote {self.directory}: {self.release_bytes / 1e6:.2f} MB ({RELEASE_WEIGHTS} "
+            f"{self.weights_bytes / 1e6:.2f} MB) from {self.checkpoint} {self.checkpoint_bytes / 1e6:.2f} MB "
+            f"({ratio:.1f}x smaller)"
+        ]
+        if self.scores:
+            out.append(f"test BLEU {self.scores.bleu:.2f} chrF {self.scores.chrf:.2f} ({self.scores.source})")
+        return out
+
+
+def release_config(cfg: Config) -> dict:
+    """The parts of a run's config that translating needs: no paths, no training settings."""
+    full = cfg.to_dict()
+    data_keys = ("src_lang", "tgt_lang", "max_len", "normalize")
+    return {
+        "data": {k: full["data"][k] for k in data_keys},
+        "tokenizer": {k: full["tokenizer"][k] for k in ("type", "vocab_size", "joint")},
+        "model": full["model"],
+        "decode": full["decode"],
+    }
+
+
+def release_weights(loaded: LoadedModel, fp16: bool) -> bytes:
+    """The model's weights as safetensors bytes; a tied tensor is stored once (the loader re-ties)."""
+    from safetensors.torch import save
+
+    tensors, seen = {}, set()
+    for name, value in loaded.model.state_dict().items():
+        if value.data_ptr() in seen:
+            continue
+        seen.add(value.data_ptr())
+        value = value.detach().cpu().contiguous()
+        tensors[name] = value.half() if fp16 and value.is_floating_point() else value
+    return save(tensors, metadata={"format": "nmt-release", "dtype": "fp16" if fp16 else "fp32"})
+
+
+def run_dir_of(source: Path, checkpoint: Path) -> Path | None:
+    """The run directory a checkpoint belongs to, if it is in one (for its metrics)."""
+    for candidate in (source, checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else None):
+        if candidate is not None and candidate.is_dir() and (candidate / METRICS).is_file():
+            return candidate
+    return None
+
+
+def test_files(cfg: Config, test_src: Path | None, test_ref: Path | None) -> tuple[Path, Path] | None:
+    """The test set to score the card with: the given files, or the run's own test split when
+    its text files are here."""
+    if (test_src is None) != (test_ref is None):
+        raise NMTError("release: give both --test-src and --test-ref, or neither")
+    if test_src is not None:
+        return test_src, test_ref
+    d = cfg.data
+    src, ref = (Path(d.dir) / f"{d.test}.{lang}" for lang in (d.src_lang, d.tgt_lang))
+    return (src, ref) if d.format == "text" and src.is_file() and ref.is_file() else None
+
+
+def score_release(directory: Path, files: tuple[Path, Path], device: str) -> TestScores:
+    """Translate the test set with the release as written (so fp16 is what gets scored)."""
+    from nmt.decode.translator import load_translator
+    from nmt.evaluate.scoring import EvalOptions, evaluate
+
+    src_lines, ref_lines = read_lines(files[0]), read_lines(files[1])
+    translator = load_translator([directory], {}, device)
+    hyps = [t.text for t in translator.translate(src_lines)]
+    report = evaluate({"release": hyps}, [ref_lines], EvalOptions(bootstrap=0))
+    scores, signatures = report.systems[0].scores, report.signatures
+    chrf = next(k for k in scores if k.startswith("chrF"))
+    return TestScores(
+        str(files[0]),
+        len(src_lines),
+        translator.cfg.beam,
+        scores["BLEU"],
+        scores[chrf],
+        signatures["BLEU"],
+        signatures[chrf],
+    )
+
+
+def directory_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+
+
+def release(
+    source: Path,
+    output: Path,
+    fp16: bool = False,
+    test_src: Path | None = None,
+    test_ref: Path | None = None,
+    device: str = "cpu",
+) -> ReleaseSummary:
+    """Write the release of `source` (a checkpoint or run directory) into the new directory `output`.
+
+    The directory is assembled under a temporary name beside `output` and renamed at the end, so
+    a failure leaves nothing half-written, and an existing non-empty `output` is never touched.
+    """
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise NMTError(f"{output}: already exists and is not empty; choose a new --output directory")
+    checkpoint = resolve_checkpoint(source)
+    loaded = load_checkpoint(checkpoint)
+    run_dir = run_dir_of(Path(source), checkpoint)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp"))
+    try:
+        weights = release_weights(loaded, fp16)
+        atomic_write(tmp / RELEASE_WEIGHTS, lambda f: f.write(weights))
+        config = yaml.safe_dump(release_config(loaded.config), sort_keys=False, allow_unicode=True)
+        atomic_write_text(tmp / RELEASE_CONFIG, config)
+        loaded.tokenizers.save(tmp)
+        files = test_files(loaded.config, test_src, test_ref)
+        scores = score_release(tmp, files, device) if files else None
+        metrics = read_metrics(run_dir) if run_dir else []
+        card = model_card(loaded, metrics, scores, fp16, len(weights), output.name)
+        atomic_write_text(tmp / CARD, card)
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ReleaseSummary(
+        output, checkpoint, checkpoint.stat().st_size, directory_bytes(output), len(weights), scores
+    )
