@@ -6,7 +6,7 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR   ?= demo
 # the optional extras the tests exercise, so `make test` runs every integration for real
-EXTRAS     ?= dev,serve,tensorboard,mlflow,onnx
+EXTRAS     ?= dev,serve,tensorboard,mlflow,onnx,browser
 BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
@@ -33,7 +33,8 @@ format: install
 	$(BIN)/ruff check --fix .
 
 # The toy task end to end: data, training (about a minute on 2 CPU cores), translation of the
-# test split, scores, examples and an attention heatmap. Everything goes to $(DEMO_DIR)/,
+# test split, scores, the alignment error rate of its attention, examples, attention heatmaps
+# and the explorer page. Everything goes to $(DEMO_DIR)/,
 # which the demo rewrites each time.
 demo: install
 	rm -rf $(DEMO_DIR)
@@ -42,9 +43,17 @@ demo: install
 	$(NMT) translate --model $(DEMO_DIR)/run --input $(DEMO_DIR)/data/test.human \
 	    --output $(DEMO_DIR)/test.hyp --plot-attention $(DEMO_DIR)/attention --plot-first 3
 	$(NMT) eval --hyp $(DEMO_DIR)/test.hyp --ref $(DEMO_DIR)/data/test.iso
+	@echo; echo "word alignments from attention against the toy task's gold links:"
+	$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human \
+	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.hyp.align
+	$(NMT) align --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human --ref $(DEMO_DIR)/data/test.iso \
+	    --gold $(DEMO_DIR)/data/test.align --output $(DEMO_DIR)/test.ref.align
+	$(NMT) explore --model $(DEMO_DIR)/run --src $(DEMO_DIR)/data/test.human --ref $(DEMO_DIR)/data/test.iso \
+	    --output $(DEMO_DIR)/explore.html
 	@echo; echo "examples (source | output | reference):"
 	@paste -d'|' $(DEMO_DIR)/data/test.human $(DEMO_DIR)/test.hyp $(DEMO_DIR)/data/test.iso | head -8
 	@echo; echo "attention heatmaps: $(DEMO_DIR)/attention/attention-{1,2,3}.png"
+	@echo "open $(DEMO_DIR)/explore.html in a browser to explore attention, n-best lists and alignments"
 
 # Training and decoding speed on the bench shape (Multi30k from ../shared when present, else the
 # toy task); under 10 minutes on 2 CPU cores, a few more the first time (it trains a checkpoint).

@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from nmt.errors import NMTError
 from nmt.fileio import atomic_write
+from nmt.words import attention_view
 
 
 def pyplot():
@@ -18,22 +20,49 @@ def pyplot():
     return plt
 
 
-def save_png(fig, path: Path) -> None:
+FORMATS = ("png", "svg", "pdf")
+
+
+def save_figure(fig, path: Path, dpi: int = 100) -> None:
+    """Write in the format the suffix names (.png, .svg, .pdf), atomically."""
+    path = Path(path)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    pyplot().close(fig)
-    atomic_write(Path(path), lambda f: f.write(buffer.getvalue()))
+    try:
+        check_plot_path(path)
+        fig.savefig(buffer, format=path.suffix.lower().lstrip("."), dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
 
 
-def attention_heatmap(weights, src_pieces: list[str], tgt_pieces: list[str], path: Path) -> None:
-    """Source pieces on x, target pieces on y, one cell per weight, with a colour bar."""
-    attention_heatmaps([("", weights, src_pieces, tgt_pieces)], path)
+def check_plot_path(path: Path) -> None:
+    """Fail before any work when a plot could not be written where asked."""
+    if Path(path).suffix.lower().lstrip(".") not in FORMATS:
+        raise NMTError(f"{path}: cannot tell the plot format from the suffix; end it in .png, .svg or .pdf")
 
 
-def attention_heatmaps(panels: list[tuple], path: Path, columns: int = 1) -> None:
+def attention_heatmap(
+    weights,
+    src_pieces: list[str],
+    tgt_pieces: list[str],
+    path: Path,
+    title: str = "",
+    pieces: bool = False,
+    dpi: int = 100,
+) -> None:
+    """Source words on x, output words on y (pieces merged by nmt.words: a source word's weight
+    sums its pieces, an output word's row averages its pieces' rows; `pieces=True` keeps the
+    pieces), one cell per weight, with a labelled colour bar."""
+    attention_heatmaps([(title, weights, src_pieces, tgt_pieces)], path, pieces=pieces, dpi=dpi)
+
+
+def attention_heatmaps(
+    panels: list[tuple], path: Path, columns: int = 1, pieces: bool = False, dpi: int = 100
+) -> None:
     """One heatmap per (title, weights, src_pieces, tgt_pieces) panel, on one figure, so that
     systems that translated the same sentence can be compared at a glance."""
-    save_png(attention_figure(panels, columns), path)
+    check_plot_path(path)
+    save_figure(attention_figure(panels, columns, pieces), path, dpi)
 
 
 def figure_pixels(fig):
@@ -46,26 +75,39 @@ def figure_pixels(fig):
     return pixels
 
 
-def attention_figure(panels: list[tuple], columns: int = 1):
+def attention_figure(panels: list[tuple], columns: int = 1, pieces: bool = False):
     """The figure of `attention_heatmaps`, unsaved."""
+    views = [(title, *attention_view(w, src, tgt, pieces)) for title, w, src, tgt in panels]
+    return heatmap_figure(views, columns, "pieces" if pieces else "words")
+
+
+def draw_heatmaps(
+    views: list[tuple], path: Path, columns: int = 1, unit: str = "words", dpi: int = 100
+) -> None:
+    """(title, matrix, source labels, output labels) panels drawn as given (already merged)."""
+    check_plot_path(path)
+    save_figure(heatmap_figure(views, columns, unit), path, dpi)
+
+
+def heatmap_figure(views: list[tuple], columns: int, unit: str):
+    """One heatmap per (title, matrix, source labels, output labels) view, with a labelled colour bar."""
     import numpy as np
 
     plt = pyplot()
-    rows = -(-len(panels) // columns)
-    width = max(4, 0.45 * max(len(p[2]) for p in panels) + 2)
-    height = max(3, 0.4 * max(len(p[3]) for p in panels) + 1.5)
+    rows = -(-len(views) // columns)
+    width = max(4, 0.45 * max(len(v[2]) for v in views) + 2.5)
+    height = max(3, 0.4 * max(len(v[3]) for v in views) + 2)
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
-    for ax, (title, weights, src_pieces, tgt_pieces) in zip(axes.flat, panels, strict=False):
-        weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
-        image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=60, ha="right")
-        ax.set_yticks(range(len(tgt_pieces)), tgt_pieces)
-        ax.set_xlabel("source")
-        ax.set_ylabel("output")
+    for ax, (title, weights, src_labels, tgt_labels) in zip(axes.flat, views, strict=False):
+        image = ax.imshow(np.asarray(weights), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(src_labels)), src_labels, rotation=60, ha="right")
+        ax.set_yticks(range(len(tgt_labels)), tgt_labels)
+        ax.set_xlabel(f"source {unit}")
+        ax.set_ylabel(f"output {unit}")
         if title:
             ax.set_title(title)
-        fig.colorbar(image, ax=ax, fraction=0.04)
-    for ax in list(axes.flat)[len(panels) :]:
+        fig.colorbar(image, ax=ax, fraction=0.04).set_label("attention weight")
+    for ax in list(axes.flat)[len(views) :]:
         ax.axis("off")
     fig.tight_layout()
     return fig
@@ -90,7 +132,7 @@ def bleu_by_length_chart(report, path: Path) -> None:
     ax.legend(loc="upper center", ncol=min(n_sys, 4))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save_png(fig, path)
+    save_figure(fig, path)
 
 
 def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
@@ -115,4 +157,4 @@ def training_curves(runs: dict[str, list[dict]], path: Path) -> None:
     if axes[0, 0].get_legend_handles_labels()[0]:
         axes[0, 0].legend()
     fig.tight_layout()
-    save_png(fig, path)
+    save_figure(fig, path)

@@ -53,3 +53,23 @@ def toy_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("toy")
     write_toy_corpus(out, seed=3, sizes={"train": 1500, "valid": 60, "test": 60})
     return out
+
+
+@pytest.fixture(scope="session")
+def toy_model(toy_dir, tmp_path_factory):
+    """A small toy model trained briefly through the Trainer (shared by the forced decoding,
+    alignment and explorer tests), with the validation loss the trainer reports for its weights."""
+    from types import SimpleNamespace
+
+    from nmt.rundir import prepare_run_dir
+    from nmt.train.trainer import Trainer
+
+    cfg = tiny_config(
+        toy_dir, train={"max_steps": 80, "valid_every": 80, "log_every": 40, "device": "cpu", "lr": 0.01}
+    )
+    run = tmp_path_factory.mktemp("toy-model") / "run"
+    prepare_run_dir(run, cfg)
+    trainer = Trainer(cfg, run, quiet=True)
+    trainer.train()
+    scores, _ = trainer.evaluate_model()
+    return SimpleNamespace(run=run, last=run / "checkpoints" / "last.pt", valid_loss=scores["valid_loss"])

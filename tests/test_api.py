@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nmt
-from nmt.decode.words import merge_pieces
+from nmt.words import merge_attention
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
@@ -100,11 +100,9 @@ def test_translate_takes_settings_per_call_and_a_single_string(translator, toy_d
 
 def test_attention_is_merged_by_word(translator):
     (t,) = translator.translate("Sonntag, 12. März 1989")
-    rows = t.hypotheses[0].attention[:, : len(t.src_pieces)].tolist()
-    assert (t.attention.source, t.attention.target, t.attention.weights) == merge_pieces(
-        rows, t.src_pieces, t.tokens
-    )
-    assert t.attention.source[:4] == ["Sonntag,", "12.", "März", "1989"]
+    weights, source, target = merge_attention(t.hypotheses[0].attention, t.src_pieces, t.tokens)
+    assert (t.attention.source, t.attention.target, t.attention.weights) == (source, target, weights.tolist())
+    assert t.attention.source[:6] == ["Sonntag", ",", "12", ".", "März", "1989"]
     assert all(sum(row) == pytest.approx(1.0, abs=1e-4) for row in t.attention.weights)
 
 

@@ -6,6 +6,7 @@ import stat
 
 import pytest
 
+from nmt.errors import NMTError
 from nmt.fileio import atomic_write, atomic_write_text
 
 
@@ -39,7 +40,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
         f.write(b"half")
         raise OSError("disk full")
 
-    with pytest.raises(OSError):
+    with pytest.raises(NMTError, match="out.txt: disk full"):  # one line naming the file, for the CLI
         atomic_write(path, fail)
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 

@@ -26,7 +26,8 @@ def data_toy(
         raise NMTError("data toy: give --config FILE or --output DIR")
     target = output if output is not None else Path(load_config(config).data.dir)
     sizes = write_toy_corpus(target, seed=seed)
-    typer.echo(f"wrote {', '.join(f'{n} {split}' for split, n in sizes.items())} pairs to {target}")
+    written = ", ".join(f"{n} {split}" for split, n in sizes.items())
+    typer.echo(f"wrote {written} pairs to {target} (.human, .iso, and gold word alignments .align)")
 
 
 @data_app.command("download")

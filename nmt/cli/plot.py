@@ -13,7 +13,7 @@ from nmt.cli.app import echo_written, output_option, plot_app, user_errors
 @plot_app.command("attention")
 @user_errors
 def plot_attention(
-    output: Annotated[Path, output_option("PNG file to write.")],
+    output: Annotated[Path, output_option("Image to write: .png, .svg or .pdf.")],
     attention: Annotated[
         Path | None, typer.Option(metavar="PATH", help="A JSONL file from nmt translate --attention.")
     ] = None,
@@ -27,11 +27,15 @@ def plot_attention(
         str | None, typer.Option(metavar="TEXT", help="... and a sentence to translate.")
     ] = None,
     beam: Annotated[int, typer.Option(min=1, metavar="INT", help="Beam size with --model.")] = 1,
+    pieces: Annotated[
+        bool, typer.Option("--pieces", help="Subword pieces on the axes instead of words.")
+    ] = False,
+    dpi: Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of a PNG.")] = 100,
 ) -> None:
     """Attention heatmap of one sentence (nmt plot attention --attention att.jsonl -o a.png)."""
     from nmt.evaluate.report import plot_attention_of
 
-    plot_attention_of(output, attention, index, model, sentence, beam)
+    plot_attention_of(output, attention, index, model, sentence, beam, pieces, dpi)
     echo_written(output)
 
 

@@ -69,6 +69,10 @@ def translate(
         Path | None, typer.Option(metavar="DIR", help="Write attention heatmap PNGs into this folder.")
     ] = None,
     plot_first: Annotated[int, typer.Option(min=0, metavar="INT", help="How many sentences to plot.")] = 5,
+    pieces: Annotated[
+        bool, typer.Option("--pieces", help="Attention over subword pieces instead of words (export, plots).")
+    ] = False,
+    dpi: Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.")] = 100,
     device: DeviceOption = "auto",
     engine: Annotated[
         Literal["torch", "onnx"],
@@ -103,7 +107,8 @@ def translate(
         from nmt.decode.translator import load_translator
 
         translator = load_translator(model, overrides, device)
-    opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first)
+    model_name = " + ".join(map(str, model))
+    opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first, pieces, dpi, model_name)
     summary = translate_files(translator, input, output, opts, quiet)
     if summary:
         typer.echo(summary, err=True)

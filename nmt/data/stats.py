@@ -56,7 +56,7 @@ def data_stats(cfg: Config, plot: Path | None = None) -> str:
 
 
 def _histogram(corpus: EncodedCorpus, path: Path) -> None:
-    from nmt.plots import pyplot, save_png
+    from nmt.plots import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -69,4 +69,4 @@ def _histogram(corpus: EncodedCorpus, path: Path) -> None:
     ax.set_title("Training sentence lengths")
     ax.legend()
     fig.tight_layout()
-    save_png(fig, path)
+    save_figure(fig, path)

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nmt.fileio import atomic_write_text
+from nmt.words import text_words
 
-SRC_LANG, TGT_LANG = "human", "iso"
+SRC_LANG, TGT_LANG, ALIGN = "human", "iso", "align"
 SPLITS = {"train": 20000, "valid": 500, "test": 500}
 
 EN_MONTHS = "January February March April May June July August September October November December"
@@ -31,21 +32,107 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-# Each form is unambiguous: "/" is month-first (US), "." is day-first (German).
-FORMS: list[Callable[[dt.date], str]] = [
-    lambda d: f"{EN_MONTH[d.month - 1]} {d.day}, {d.year}",
-    lambda d: f"{d.day} {EN_MONTH[d.month - 1]} {d.year}",
-    lambda d: f"{EN_MONTH[d.month - 1][:3]} {d.day} {d.year}",
-    lambda d: f"the {_ordinal(d.day)} of {EN_MONTH[d.month - 1]} {d.year}",
-    lambda d: f"{EN_DAY[d.weekday()]}, {EN_MONTH[d.month - 1]} {_ordinal(d.day)}, {d.year}",
-    lambda d: f"{d.month}/{d.day}/{d.year}",
-    lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}",
-    lambda d: f"{d.day}. {DE_MONTH[d.month - 1]} {d.year}",
-    lambda d: f"{DE_DAY[d.weekday()]}, {d.day}. {DE_MONTH[d.month - 1]} {d.year}",
-    lambda d: f"{d.day:02d}.{d.month:02d}.{d.year}",
-    lambda d: f"{d.day}.{d.month}.{d.year}",
-    lambda d: f"{d.year}/{d.month:02d}/{d.day:02d}",
+# Each form is unambiguous: "/" is month-first (US), "." is day-first (German). A form is a list
+# of (text, role) segments, the role ("year", "month", "day" or "") being what gold alignments
+# link the ISO output's words to.
+Segments = list[tuple[str, str]]
+FORMS: list[Callable[[dt.date], Segments]] = [
+    lambda d: [
+        (EN_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (str(d.day), "day"),
+        (", ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (str(d.day), "day"),
+        (" ", ""),
+        (EN_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (EN_MONTH[d.month - 1][:3], "month"),
+        (" ", ""),
+        (str(d.day), "day"),
+        (" ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        ("the ", ""),
+        (_ordinal(d.day), "day"),
+        (" of ", ""),
+        (EN_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (EN_DAY[d.weekday()], ""),
+        (", ", ""),
+        (EN_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (_ordinal(d.day), "day"),
+        (", ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [(str(d.month), "month"), ("/", ""), (str(d.day), "day"), ("/", ""), (str(d.year), "year")],
+    lambda d: [
+        (f"{d.month:02d}", "month"),
+        ("/", ""),
+        (f"{d.day:02d}", "day"),
+        ("/", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (str(d.day), "day"),
+        (". ", ""),
+        (DE_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (DE_DAY[d.weekday()], ""),
+        (", ", ""),
+        (str(d.day), "day"),
+        (". ", ""),
+        (DE_MONTH[d.month - 1], "month"),
+        (" ", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [
+        (f"{d.day:02d}", "day"),
+        (".", ""),
+        (f"{d.month:02d}", "month"),
+        (".", ""),
+        (str(d.year), "year"),
+    ],
+    lambda d: [(str(d.day), "day"), (".", ""), (str(d.month), "month"), (".", ""), (str(d.year), "year")],
+    lambda d: [
+        (str(d.year), "year"),
+        ("/", ""),
+        (f"{d.month:02d}", "month"),
+        ("/", ""),
+        (f"{d.day:02d}", "day"),
+    ],
 ]
+# The ISO output's words (nmt.words splits "1989-03-12" into 1989 - 03 - 12): the role each is
+# surely linked to, and the roles a separator is possibly linked to (either neighbour).
+ISO_SURE = {0: "year", 2: "month", 4: "day"}
+ISO_POSSIBLE = {1: ("year", "month"), 3: ("month", "day")}
+
+
+def gold_alignment(segments: Segments) -> str:
+    """Pharaoh links from the source's words to the ISO date's words (see ISO_SURE)."""
+    roles: dict[str, list[int]] = {"year": [], "month": [], "day": []}
+    index = 0
+    for text, role in segments:  # every segment boundary is a word boundary (nmt.words)
+        n = len(text_words(text))
+        if role:
+            roles[role] += range(index, index + n)
+        index += n
+    links = [(i, j, "-") for j, role in ISO_SURE.items() for i in roles[role]]
+    links += [(i, j, "?") for j, pair in ISO_POSSIBLE.items() for role in pair for i in roles[role]]
+    return " ".join(f"{i}{sep}{j}" for i, j, sep in sorted(links))
 
 
 def random_date(rng: random.Random) -> dt.date:
@@ -54,16 +141,19 @@ def random_date(rng: random.Random) -> dt.date:
     return dt.date.fromordinal(rng.randint(start, end))
 
 
-def make_pairs(n: int, rng: random.Random) -> list[tuple[str, str]]:
-    pairs = []
+def make_pairs(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
+    """(human date, ISO date, gold alignment) triples."""
+    triples = []
     for _ in range(n):
         date = random_date(rng)
-        pairs.append((rng.choice(FORMS)(date), date.isoformat()))
-    return pairs
+        segments = rng.choice(FORMS)(date)
+        triples.append(("".join(text for text, _ in segments), date.isoformat(), gold_alignment(segments)))
+    return triples
 
 
 def write_toy_corpus(out_dir: Path, seed: int = 1, sizes: dict[str, int] | None = None) -> dict[str, int]:
-    """Write `{split}.human` / `{split}.iso` under `out_dir`; the same seed gives the same files.
+    """Write `{split}.human` / `{split}.iso` under `out_dir`, and the gold word alignments
+    `{split}.align` (Pharaoh; see `gold_alignment`); the same seed gives the same files.
 
     Splits are drawn from one generator in a fixed order, and valid/test pairs whose source also
     occurs in train are redrawn, so the held-out splits measure generalisation, not recall.
@@ -73,13 +163,13 @@ def write_toy_corpus(out_dir: Path, seed: int = 1, sizes: dict[str, int] | None 
     seen: set[str] = set()
     written = {}
     for split, n in sizes.items():
-        pairs: list[tuple[str, str]] = []
+        pairs: list[tuple[str, str, str]] = []
         while len(pairs) < n:
-            for src, tgt in make_pairs(n - len(pairs), rng):
-                if split == "train" or src not in seen:
-                    pairs.append((src, tgt))
-        seen.update(src for src, _ in pairs)
-        for lang, side in ((SRC_LANG, 0), (TGT_LANG, 1)):
+            for triple in make_pairs(n - len(pairs), rng):
+                if split == "train" or triple[0] not in seen:
+                    pairs.append(triple)
+        seen.update(src for src, _, _ in pairs)
+        for lang, side in ((SRC_LANG, 0), (TGT_LANG, 1), (ALIGN, 2)):
             text = "".join(pair[side] + "\n" for pair in pairs)
             atomic_write_text(Path(out_dir) / f"{split}.{lang}", text)
         written[split] = n

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from nmt.decode.forced import ForcedScore
 from nmt.decode.text import TextTranslator, Translation
-from nmt.fileio import atomic_write_text, decode_lines, read_lines
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write_text, check_outputs, decode_lines, read_lines
+from nmt.words import attention_view
 
 
 @dataclass
@@ -19,6 +23,9 @@ class OutputOptions:
     attention: Path | None = None  # JSONL: one object per sentence
     plot_attention: Path | None = None  # heatmap PNGs of the first `plot_first` sentences
     plot_first: int = 5
+    pieces: bool = False  # export and plot subword pieces instead of words (nmt.words)
+    dpi: int = 100
+    model_name: str = ""  # for the plots' titles
 
 
 def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
@@ -35,12 +42,24 @@ def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
     return t.text + "\n"
 
 
-def attention_record(index: int, t: Translation) -> dict:
-    weights = t.hypotheses[0].attention[:, : len(t.src_pieces)] if t.hypotheses else []
+def attention_record(index: int, t: Translation, pieces: bool = False) -> dict:
+    """One sentence's attention over words (see nmt.words), or over pieces with `pieces`."""
+    if not t.hypotheses:
+        return {
+            "index": index,
+            "unit": "pieces" if pieces else "words",
+            "source": [],
+            "target": [],
+            "weights": [],
+        }
+    weights, source, target = attention_view(t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, pieces)
+    if pieces:
+        source, target = t.src_pieces, t.tgt_pieces  # the pieces as SentencePiece spells them
     return {
         "index": index,
-        "source": t.src_pieces,
-        "target": t.tgt_pieces,
+        "unit": "pieces" if pieces else "words",
+        "source": source,
+        "target": target,
         "weights": [[round(float(w), 5) for w in row] for row in weights],
     }
 
@@ -76,7 +95,8 @@ def translate_files(
         atomic_write_text(output, "".join(format_translation(i, t, opts) for i, t in enumerate(results, 1)))
     if opts.attention:
         records = (
-            json.dumps(attention_record(i, t), ensure_ascii=False) + "\n" for i, t in enumerate(results, 1)
+            json.dumps(attention_record(i, t, opts.pieces), ensure_ascii=False) + "\n"
+            for i, t in enumerate(results, 1)
         )
         atomic_write_text(opts.attention, "".join(records))
     if opts.plot_attention:
@@ -85,7 +105,10 @@ def translate_files(
         for i, t in enumerate(results[: opts.plot_first], 1):
             if t.hypotheses:
                 path = opts.plot_attention / f"attention-{i}.png"
-                attention_heatmap(t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, path)
+                title = f"sentence {i}" + (f" \u2014 {opts.model_name}" if opts.model_name else "")
+                attention_heatmap(
+                    t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, path, title, opts.pieces, opts.dpi
+                )
     notes = []
     if truncated:
         notes.append(
@@ -111,3 +134,59 @@ def interactive(translator: TextTranslator, opts: OutputOptions) -> None:
         (t,) = translator.translate([line], opts.nbest)
         sys.stdout.write(format_translation(index, t, opts))
         sys.stdout.flush()
+
+
+def score_record(index: int, model: str, s: ForcedScore) -> dict:
+    """One pair of `nmt score`: total, per piece and per word log-probabilities, perplexity."""
+    return {
+        "index": index,
+        "model": model,
+        "log_prob": round(s.log_prob, 5),
+        "length": s.length,
+        "ppl": round(s.ppl, 5),
+        "pieces": [[p, round(lp, 5)] for p, lp in zip(s.tgt_pieces, s.token_log_probs, strict=True)],
+        "words": [[w, round(lp, 5)] for w, lp in s.word_log_probs()],
+    }
+
+
+def corpus_summary(model: str, scores: list[ForcedScore]) -> str:
+    """The corpus line: summed log-probability, and NLL per token (the validation loss's unit)."""
+    log_prob = sum(s.log_prob for s in scores)
+    tokens = sum(s.length for s in scores)
+    nll = -log_prob / max(1, tokens)
+    return (
+        f"{model}: {len(scores)} pairs, {tokens} tokens, log-prob {log_prob:.4f}, "
+        f"NLL/token {nll:.4f}, ppl {math.exp(min(nll, 50)):.4f}"
+    )
+
+
+def score_files(
+    models: list[Path], src: Path, ref: Path, output: Path | None, ensemble: bool, device: str
+) -> tuple[str, str]:
+    """The whole `nmt score`: JSONL records (one per pair and model) and the summary lines."""
+    from nmt.decode.translator import load_translator
+
+    check_outputs({"-o": output}, {"--src": src, "--ref": ref})
+    sources, targets = read_lines(src), read_lines(ref)
+    check_same_length({src: sources, ref: targets})
+    systems = [(" + ".join(map(str, models)), models)] if ensemble else [(str(m), [m]) for m in models]
+    records, summary = [], []
+    for name, paths in systems:
+        scores = load_translator(paths, {}, device).score(sources, targets)
+        records += [
+            json.dumps(score_record(i, name, s), ensure_ascii=False) + "\n" for i, s in enumerate(scores, 1)
+        ]
+        summary.append(corpus_summary(name, scores))
+    text = "".join(records)
+    if output:
+        atomic_write_text(output, text)
+        text = ""
+    return text, "\n".join(summary)
+
+
+def check_same_length(files: dict[Path, list[str]]) -> None:
+    """Parallel files must have as many lines each; the error names them and their counts."""
+    counts = {path: len(lines) for path, lines in files.items() if lines is not None}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{path} has {n}" for path, n in counts.items())
+        raise NMTError(f"the files must have one line per sentence each, but {listed} lines")

@@ -15,14 +15,14 @@ from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ranking import Hypothesis
-from nmt.decode.words import merge_pieces
 from nmt.vocab import EOS
+from nmt.words import merge_attention
 
 
 @dataclass
 class WordAttention:
-    """Attention of the best hypothesis between words (pieces merged, `decode.words`): one row
-    per target word, one column per source word; "</s>" is a word of its own on both sides."""
+    """Attention of the best hypothesis between words (pieces merged, `nmt.words`): one row per
+    target word, one column per source word; "</s>" is a word of its own on both sides."""
 
     source: list[str]
     target: list[str]
@@ -63,8 +63,10 @@ class Translation:
         """Word-level attention of the best hypothesis (empty for an empty input line)."""
         if not self.hypotheses:
             return WordAttention([], [], [])
-        weights = self.hypotheses[0].attention[:, : len(self.src_pieces)].tolist()
-        return WordAttention(*merge_pieces(weights, self.src_pieces, self.tgt_pieces))
+        weights, source, target = merge_attention(
+            self.hypotheses[0].attention, self.src_pieces, self.tgt_pieces
+        )
+        return WordAttention(source, target, weights.tolist())
 
 
 class TextTranslator:

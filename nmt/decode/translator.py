@@ -11,13 +11,16 @@ import torch
 
 from nmt.config import Config, DecodeConfig, decode_settings
 from nmt.data.batching import pad_sources
+from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
+from nmt.decode.forced import ForcedScore, forced_decode
 from nmt.decode.ranking import Hypothesis
 from nmt.decode.search import StepModel, beam_search, greedy_search
 from nmt.decode.text import TextTranslator, Translation, WordAttention
 from nmt.errors import NMTError
 from nmt.model.seq2seq import count_parameters
+from nmt.vocab import EOS
 
 __all__ = ["ModelInfo", "Translation", "Translator", "WordAttention", "load_translator"]
 
@@ -89,6 +92,32 @@ class Translator(TextTranslator):
             max_source_pieces=cfg.data.max_len,
         )
         return cls(model, tok, settings, device, cfg.data.max_len, cfg.data.normalize, info)
+
+    def score(self, sources: list[str], targets: list[str]) -> list[ForcedScore]:
+        """Forced decoding of each (source, target) pair, in input order: the target's
+        log-probability per piece and the attention the model puts on the source while
+        producing it. Both sides are normalised and the source truncated as in `translate`."""
+        if len(sources) != len(targets):
+            raise NMTError(f"score: {len(sources)} sources but {len(targets)} targets")
+        norm = self.normalize_form
+        src_ids = [p + [EOS] for p in self.tok.src.encode_batch([normalize(s, norm) for s in sources])]
+        truncated = {i for i, ids in enumerate(src_ids) if len(ids) > self.src_limit + 1}
+        src_ids = [ids[: self.src_limit] + [EOS] if i in truncated else ids for i, ids in enumerate(src_ids)]
+        tgt_ids = [p + [EOS] for p in self.tok.tgt.encode_batch([normalize(t, norm) for t in targets])]
+        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+        out: list[ForcedScore | None] = [None] * len(sources)
+        for chunk in self._batches(order, src_ids):
+            src, src_len = pad_sources([src_ids[i] for i in chunk])
+            forced = forced_decode(self.model, src.to(self.device), src_len, [tgt_ids[i] for i in chunk])
+            for i, (log_probs, attention) in zip(chunk, forced, strict=True):
+                out[i] = ForcedScore(
+                    self.tok.src.id_to_piece(src_ids[i]),
+                    self.tok.tgt.id_to_piece(tgt_ids[i]),
+                    log_probs,
+                    attention[:, : len(src_ids[i])],
+                    i in truncated,
+                )
+        return out  # type: ignore[return-value]
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         src, src_len = pad_sources(rows)

@@ -139,7 +139,7 @@ def test_attention_comes_by_word_when_asked(server):
     status, _, body = server.post({"text": "12. März 1989", "attention": True})
     assert status == 200 and not body["translations"][0]["truncated"]
     attention = body["translations"][0]["attention"]
-    assert attention["source"] == ["12.", "März", "1989", "</s>"]
+    assert attention["source"] == ["12", ".", "März", "1989", "</s>"]
     assert len(attention["weights"]) == len(attention["target"])
     assert all(abs(sum(row) - 1) < 1e-2 for row in attention["weights"])
     assert "attention" not in server.post({"text": "5.6.1990"})[2]["translations"][0]

@@ -1,0 +1,51 @@
+"""`nmt align`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from nmt.cli.app import DeviceOption, app, echo_written, output_option, user_errors
+
+
+@app.command()
+@user_errors
+def align(
+    model: Annotated[
+        list[Path],
+        typer.Option(
+            "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to ensemble."
+        ),
+    ],
+    src: Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")],
+    output: Annotated[Path, output_option("Pharaoh file to write (i-j links, one line a sentence).")],
+    ref: Annotated[
+        Path | None,
+        typer.Option(metavar="PATH", help="Align to these targets (forced decoding) instead of the output."),
+    ] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH", help="Gold links (i-j sure, i?j possible): print AER, precision, recall."
+        ),
+    ] = None,
+    method: Annotated[
+        Literal["argmax", "threshold"], typer.Option(help="argmax: each target word to its best source word.")
+    ] = "argmax",
+    threshold: Annotated[
+        float,
+        typer.Option(min=0, max=1, metavar="FLOAT", help="Least weight of a link with --method threshold."),
+    ] = 0.3,
+    beam: Annotated[int | None, typer.Option(min=1, metavar="INT", help="Beam size without --ref.")] = None,
+    device: DeviceOption = "auto",
+) -> None:
+    """Word alignments from attention, in Pharaoh format, and their AER against gold links
+    (nmt align -m runs/toy --src test.human --ref test.iso --gold test.align -o test.out.align)."""
+    from nmt.evaluate.report import run_align
+
+    summary = run_align(model, src, ref, gold, output, method, threshold, {"beam": beam}, device)
+    echo_written(output)
+    if summary:
+        typer.echo(summary)

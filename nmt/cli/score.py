@@ -1,0 +1,36 @@
+"""`nmt score`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nmt.cli.app import DeviceOption, app, output_option, user_errors
+
+
+@app.command()
+@user_errors
+def score(
+    model: Annotated[
+        list[Path],
+        typer.Option(
+            "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to score each."
+        ),
+    ],
+    src: Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")],
+    ref: Annotated[Path, typer.Option(metavar="PATH", help="The targets to score, one a line.")],
+    output: Annotated[Path | None, output_option("JSONL file (default stdout).")] = None,
+    ensemble: Annotated[
+        bool, typer.Option("--ensemble", help="Score the -m models as one ensemble instead of each.")
+    ] = False,
+    device: DeviceOption = "auto",
+) -> None:
+    """Forced decoding: log-probability, perplexity, per-token scores of given targets
+    (nmt score -m runs/toy --src test.human --ref test.iso -o scores.jsonl)."""
+    from nmt.decode.output import score_files
+
+    records, summary = score_files(model, src, ref, output, ensemble, device)
+    typer.echo(records, nl=False)
+    typer.echo(summary, err=True)

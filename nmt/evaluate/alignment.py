@@ -1,0 +1,117 @@
+"""Word alignments from attention, in Pharaoh format, and their quality against gold links.
+
+Pharaoh: one line per sentence of `i-j` links, i a source word and j a target word, both 0-based
+word indices as `nmt.words` counts them (`</s>` is not a word here). Gold files may also hold
+possible links `i?j`; sure links count as possible too (S is a subset of P).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from nmt.errors import NMTError
+from nmt.registry import Registry
+from nmt.words import WordMap
+
+Link = tuple[int, int]  # (source word, target word)
+
+
+class AlignmentMethod(Registry, ABC):
+    """Turns a (target words x source words) attention matrix into links."""
+
+    def __init__(self, threshold: float = 0.3):
+        self.threshold = threshold
+
+    @abstractmethod
+    def links(self, matrix: np.ndarray) -> set[Link]: ...
+
+
+class Argmax(AlignmentMethod, name="argmax"):
+    """Each target word to its most attended source word: one link per target word, the usual
+    reading of soft attention as an alignment; high recall on one-to-one tasks."""
+
+    def links(self, matrix: np.ndarray) -> set[Link]:
+        if matrix.size == 0:
+            return set()
+        return {(int(i), j) for j, i in enumerate(matrix.argmax(1))}
+
+
+class Threshold(AlignmentMethod, name="threshold"):
+    """Every (source, target) word pair whose weight reaches `threshold`: a target word may link
+    to several source words (a date's day written in two places) or to none (attention spread
+    thin), trading recall for precision as the threshold rises."""
+
+    def links(self, matrix: np.ndarray) -> set[Link]:
+        return {(int(i), int(j)) for j, i in zip(*np.nonzero(matrix >= self.threshold), strict=True)}
+
+
+def method(name: str, threshold: float = 0.3) -> AlignmentMethod:
+    if name not in AlignmentMethod.registry:
+        raise NMTError(
+            f"unknown alignment method {name!r}; choose one of {', '.join(AlignmentMethod.registry)}"
+        )
+    return AlignmentMethod.build(name, threshold)
+
+
+def word_matrix(weights, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """Attention over words (see nmt.words), without the `</s>` row and column."""
+    src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
+    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
+    merged = tgt.mean_pieces(src.sum_pieces(weights))
+    return merged[np.ix_(tgt.text_indices, src.text_indices)]
+
+
+def align(weights, src_pieces: list[str], tgt_pieces: list[str], how: AlignmentMethod) -> set[Link]:
+    return how.links(word_matrix(weights, src_pieces, tgt_pieces))
+
+
+def format_pharaoh(links: set[Link]) -> str:
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+def parse_pharaoh(line: str, where: str) -> tuple[set[Link], set[Link]]:
+    """(sure, possible) links of one line; possible includes sure. `where` names the line."""
+    sure: set[Link] = set()
+    possible: set[Link] = set()
+    for token in line.split():
+        sep = "-" if "-" in token else "?"
+        i, _, j = token.partition(sep)
+        if not (i.isdigit() and j.isdigit()):
+            raise NMTError(f"{where}: {token!r} is not an alignment link; write i-j (sure) or i?j (possible)")
+        link = (int(i), int(j))
+        possible.add(link)
+        if sep == "-":
+            sure.add(link)
+    return sure, possible
+
+
+@dataclass
+class AlignmentScore:
+    aer: float
+    precision: float
+    recall: float
+    links: int  # |A|
+    sure: int  # |S|
+
+    def line(self) -> str:
+        return (
+            f"AER {self.aer:.4f}  precision {self.precision:.4f}  recall {self.recall:.4f}  "
+            f"({self.links} links, {self.sure} sure gold links)"
+        )
+
+
+def alignment_error_rate(
+    predicted: list[set[Link]], gold: list[tuple[set[Link], set[Link]]]
+) -> AlignmentScore:
+    """Och & Ney's AER over a corpus: 1 - (|A∩S| + |A∩P|) / (|A| + |S|), with precision
+    |A∩P| / |A| and recall |A∩S| / |S| (each 1.0 when its denominator is 0)."""
+    a = a_s = a_p = s = 0
+    for links, (sure, possible) in zip(predicted, gold, strict=True):
+        possible = possible | sure
+        a, s = a + len(links), s + len(sure)
+        a_s, a_p = a_s + len(links & sure), a_p + len(links & possible)
+    aer = 1.0 - (a_s + a_p) / (a + s) if a + s else 0.0
+    return AlignmentScore(aer, a_p / a if a else 1.0, a_s / s if s else 1.0, a, s)

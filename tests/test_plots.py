@@ -1,0 +1,65 @@
+"""Attention heatmaps: words on the axes, a title, a labelled colour bar, the suffix's format."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.errors import NMTError
+from nmt.plots import attention_heatmap
+from nmt.words import SPACE
+
+runner = CliRunner()
+SRC = [SPACE, "S", "onntag", ",", f"{SPACE}12", ".", f"{SPACE}März", "</s>"]
+TGT = [f"{SPACE}19", "89", "-0", "3", "-", "12", "</s>"]
+
+
+def weights():
+    w = np.random.default_rng(0).random((len(TGT), len(SRC)))
+    return w / w.sum(1, keepdims=True)
+
+
+def test_an_svg_heatmap_has_words_a_title_and_a_labelled_colour_bar(tmp_path):
+    attention_heatmap(weights(), SRC, TGT, tmp_path / "a.svg", title="sentence 4 \u2014 runs/toy")
+    svg = (tmp_path / "a.svg").read_text()
+    assert svg.startswith("<?xml") and "<svg" in svg
+    for text in ("sentence 4", "attention weight", "Sonntag", "März", "1989", "03", "source words"):
+        assert f"<!-- {text}" in svg or f"{text} -->" in svg or f" {text} " in svg, text
+    assert "<!-- \u2581 -->" not in svg
+
+
+def test_the_suffix_picks_the_format_and_dpi_the_resolution(tmp_path):
+    attention_heatmap(weights(), SRC, TGT, tmp_path / "a.pdf")
+    assert (tmp_path / "a.pdf").read_bytes().startswith(b"%PDF")
+    sizes = []
+    for dpi in (50, 100):
+        attention_heatmap(weights(), SRC, TGT, tmp_path / f"a{dpi}.png", dpi=dpi)
+        data = (tmp_path / f"a{dpi}.png").read_bytes()
+        assert data.startswith(b"\x89PNG")
+        sizes.append(int.from_bytes(data[16:20], "big"))
+    assert sizes[1] == pytest.approx(2 * sizes[0], abs=2)
+    with pytest.raises(NMTError, match="end it in .png, .svg or .pdf"):
+        attention_heatmap(weights(), SRC, TGT, tmp_path / "a.jpg")
+    assert not (tmp_path / "a.jpg").exists()
+
+
+def test_plot_attention_from_a_words_export_and_its_errors(tmp_path):
+    record = {
+        "index": 1,
+        "unit": "words",
+        "source": ["a", "</s>"],
+        "target": ["b", "</s>"],
+        "weights": [[1, 0], [0, 1]],
+    }
+    att = tmp_path / "att.jsonl"
+    att.write_text(json.dumps(record) + "\n")
+    ok = runner.invoke(app, ["plot", "attention", "--attention", str(att), "-o", str(tmp_path / "w.svg")])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(
+        app, ["plot", "attention", "--attention", str(att), "--pieces", "-o", str(tmp_path / "p.png")]
+    )
+    assert bad.exit_code == 2 and "holds words" in bad.stderr
+    bad = runner.invoke(app, ["plot", "attention", "--attention", str(att), "-o", str(tmp_path / "p.gif")])
+    assert bad.exit_code == 2 and ".png, .svg or .pdf" in bad.stderr and len(bad.stderr.splitlines()) == 1
