@@ -37,8 +37,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):  # a full disk, a read-only folder: say which file, keep the old one
-            e.filename = e.filename or str(path)
-            raise NMTError(describe_os_error(e)) from None
+            raise NMTError(describe_os_error(e, path)) from None
         raise
 
 
@@ -108,11 +107,12 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def describe_os_error(e: OSError) -> str:
+def describe_os_error(e: OSError, path: Path | None = None) -> str:
     """`path: reason`, with a hint for the failures a user can fix."""
     import errno
 
-    where = e.filename or "nmt"
+    where = e.filename or path or "nmt"
+    reason = e.strerror or (str(e.args[0]) if e.args else type(e).__name__)
     hints = {
         errno.ENOSPC: "free some space or write elsewhere",
         errno.EDQUOT: "free some space or write elsewhere",
@@ -124,4 +124,4 @@ def describe_os_error(e: OSError) -> str:
         errno.ENOTDIR: "a part of the path is a file, not a folder",
     }
     hint = hints.get(e.errno or 0)
-    return f"{where}: {e.strerror or e}" + (f" ({hint})" if hint else "")
+    return f"{where}: {reason}" + (f" ({hint})" if hint else "")
