@@ -582,6 +582,7 @@ def train(
     overrides = overrides or []
     distributed.init()
     rank0 = distributed.rank_and_world()[0] == 0
+    lock = None
     try:
         if resume:
             run_dir = Path(resume)
@@ -592,7 +593,7 @@ def train(
                 run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"]
             )
             trainer = Trainer(cfg, run_dir, quiet=quiet, resume=state is not None)
-            trainer.notes += [f"resuming with {c}" for c in changes] or []
+            trainer.notes += [f"resuming with {c}" for c in changes]
             if state is None:
                 trainer.notes.append("no checkpoint yet: starting the run afresh from its config")
         else:
@@ -606,10 +607,8 @@ def train(
                 prepare_run_dir(run_dir, cfg)
             distributed.barrier()
             lock = RunLock(run_dir) if rank0 else None
-        try:
-            return trainer.train()
-        finally:
-            if lock:
-                lock.release()
+        return trainer.train()
     finally:
+        if lock:
+            lock.release()
         distributed.shutdown()
