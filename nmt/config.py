@@ -228,14 +228,12 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def read_yaml(text: str, source: str) -> Any:
-    """Parse untrusted YAML: safe tags only, no duplicate keys, and bounded in size once its
-    aliases are expanded (a few hundred bytes of nested aliases can mean billions of values)."""
+    """Parse untrusted YAML: safe tags only, no duplicate keys. Aliases are not expanded here
+    (PyYAML shares the objects); `config_from_dict` bounds the expanded size before any walk."""
     try:
-        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         raise NMTError(f"{source}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
-    check_size(data, source)
-    return data
 
 
 def check_size(data: Any, source: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nmt.config import Config, load_config
+from nmt.config import Config, config_from_dict, load_config
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write_text, read_lines
 
@@ -107,9 +107,13 @@ def resume_config(
     saved_path = run_dir / CONFIG
     if not saved_path.is_file():
         raise NMTError(f"{run_dir}: nothing to resume (no {CONFIG}); start a run with -c CONFIG -o {run_dir}")
+    saved = flatten(load_config(saved_path).to_dict())
     wanted = load_config(config or saved_path, overrides)
-    reference = checkpoint_config if checkpoint_config is not None else load_config(saved_path).to_dict()
-    before, after = flatten(reference), flatten(wanted.to_dict())
+    if checkpoint_config is None:
+        before = saved
+    else:  # built like any config, so an older checkpoint's missing keys read as their defaults
+        before = flatten(config_from_dict(checkpoint_config, f"{run_dir}'s checkpoint").to_dict())
+    after = flatten(wanted.to_dict())
     changed = sorted(k for k in after if before.get(k) != after[k])
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
     if refused:
@@ -119,7 +123,7 @@ def resume_config(
             f"only {', '.join(sorted(RESUMABLE_CHANGES))} may change "
             "(edit config.yaml back, or start a new run)"
         )
-    if write and flatten(load_config(saved_path).to_dict()) != after:
+    if write and saved != after:
         atomic_write_text(saved_path, wanted.to_yaml())
     return wanted, [f"{k}: {before.get(k)!r} -> {after[k]!r}" for k in changed]
 

@@ -31,11 +31,15 @@ FLAGS = [
 ]
 
 
-def browser(width: int, height: int) -> webdriver.Chrome:
+def browser(width: int, height: int, console_log: bool = False) -> webdriver.Chrome:
+    """Debian's headless chromium through its chromedriver (nothing downloads a browser), with a
+    fresh profile; `console_log` keeps the page's console messages for `get_log("browser")`."""
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for flag in [*FLAGS, f"--window-size={width},{height}", f"--user-data-dir={tempfile.mkdtemp()}"]:
         options.add_argument(flag)
+    if console_log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, echo_written, output_option, user_errors
+from nmt.cli.app import DeviceOption, SourceOption, app, echo_written, output_option, user_errors
 
 
 @app.command()
@@ -19,7 +19,7 @@ def align(
             "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to ensemble."
         ),
     ],
-    src: Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")],
+    src: SourceOption,
     output: Annotated[Path, output_option("Pharaoh file to write (i-j links, one line a sentence).")],
     ref: Annotated[
         Path | None,

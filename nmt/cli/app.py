@@ -116,6 +116,7 @@ DeviceOption = Annotated[
         ],
     ),
 ]
+SourceOption = Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
 
 

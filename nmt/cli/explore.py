@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, output_option, user_errors
+from nmt.cli.app import DeviceOption, SourceOption, app, output_option, user_errors
 
 
 @app.command()
@@ -19,7 +19,7 @@ def explore(
             "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to compare systems."
         ),
     ],
-    src: Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")],
+    src: SourceOption,
     output: Annotated[Path, output_option("HTML file to write (self-contained, opens offline).")],
     ref: Annotated[
         Path | None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, output_option, user_errors
+from nmt.cli.app import DeviceOption, SourceOption, app, output_option, user_errors
 
 
 @app.command()
@@ -19,7 +19,7 @@ def score(
             "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to score each."
         ),
     ],
-    src: Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")],
+    src: SourceOption,
     ref: Annotated[Path, typer.Option(metavar="PATH", help="The targets to score, one a line.")],
     output: Annotated[Path | None, output_option("JSONL file (default stdout).")] = None,
     ensemble: Annotated[

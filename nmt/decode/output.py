@@ -37,22 +37,17 @@ def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
             for rank, (h, text) in enumerate(zip(t.hypotheses, t.texts, strict=True), 1)
         )
     if opts.scores:
-        score = t.hypotheses[0].score if t.hypotheses else 0.0
-        return f"{score:.4f}\t{t.text}\n"
+        return f"{t.score:.4f}\t{t.text}\n"
     return t.text + "\n"
 
 
 def attention_record(index: int, t: Translation, pieces: bool = False) -> dict:
     """One sentence's attention over words (see nmt.words), or over pieces with `pieces`."""
-    if not t.hypotheses:
-        return {
-            "index": index,
-            "unit": "pieces" if pieces else "words",
-            "source": [],
-            "target": [],
-            "weights": [],
-        }
-    weights, source, target = attention_view(t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, pieces)
+    weights, source, target = [], [], []  # an empty input line
+    if t.hypotheses:
+        weights, source, target = attention_view(
+            t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, pieces
+        )
     if pieces:
         source, target = t.src_pieces, t.tgt_pieces  # the pieces as SentencePiece spells them
     return {

@@ -102,13 +102,7 @@ class TextTranslator:
         self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
     ) -> Iterator[Translation]:
         """Translations in input order; batches are formed from length-sorted sentences."""
-        ids, truncated = [], set()
-        normalized = [normalize(line, self.normalize_form) for line in lines]
-        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
-            if len(pieces) > self.src_limit:
-                truncated.add(i)
-                pieces = pieces[: self.src_limit]
-            ids.append(pieces + [EOS])
+        ids, truncated = self.encode_sources(lines)
         # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
         done = {i: Translation([], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
         order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
@@ -132,6 +126,18 @@ class TextTranslator:
                 )
             if progress:
                 progress(len(chunk))
+
+    def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
+        """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the
+        indices of the lines that were cut."""
+        ids, truncated = [], set()
+        normalized = [normalize(line, self.normalize_form) for line in lines]
+        for i, pieces in enumerate(self.tok.src.encode_batch(normalized)):
+            if len(pieces) > self.src_limit:
+                truncated.add(i)
+                pieces = pieces[: self.src_limit]
+            ids.append(pieces + [EOS])
+        return ids, truncated
 
     def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
         """Consecutive length-sorted sentences, up to batch_size sentences or padded tokens."""

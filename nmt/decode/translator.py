@@ -99,11 +99,9 @@ class Translator(TextTranslator):
         producing it. Both sides are normalised and the source truncated as in `translate`."""
         if len(sources) != len(targets):
             raise NMTError(f"score: {len(sources)} sources but {len(targets)} targets")
-        norm = self.normalize_form
-        src_ids = [p + [EOS] for p in self.tok.src.encode_batch([normalize(s, norm) for s in sources])]
-        truncated = {i for i, ids in enumerate(src_ids) if len(ids) > self.src_limit + 1}
-        src_ids = [ids[: self.src_limit] + [EOS] if i in truncated else ids for i, ids in enumerate(src_ids)]
-        tgt_ids = [p + [EOS] for p in self.tok.tgt.encode_batch([normalize(t, norm) for t in targets])]
+        src_ids, truncated = self.encode_sources(sources)
+        normalized = [normalize(t, self.normalize_form) for t in targets]
+        tgt_ids = [p + [EOS] for p in self.tok.tgt.encode_batch(normalized)]
         order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
         out: list[ForcedScore | None] = [None] * len(sources)
         for chunk in self._batches(order, src_ids):

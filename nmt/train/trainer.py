@@ -106,7 +106,15 @@ class TrainResult:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, quiet: bool = False, resume: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        quiet: bool = False,
+        resume: bool = False,
+        checkpoint: dict | None = None,
+    ):
+        """`resume` continues from the run's last.pt (`checkpoint`, when the caller has read it)."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.session_start = time.perf_counter()
         self.rank, self.world = distributed.rank_and_world()
@@ -116,7 +124,8 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 1)  # teacher-forcing coins
         self.notes: list[str] = []  # logged when training starts: the run directory may not exist yet
-        checkpoint = read_checkpoint(self.run_dir / CHECKPOINTS / LAST) if resume else None
+        if resume and checkpoint is None:
+            checkpoint = read_checkpoint(self.run_dir / CHECKPOINTS / LAST)
         resumed_tok = TokenizerPair.from_state(checkpoint["tokenizers"]) if checkpoint else None
 
         # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
@@ -592,7 +601,7 @@ def train(
             cfg, changes = resume_config(
                 run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"]
             )
-            trainer = Trainer(cfg, run_dir, quiet=quiet, resume=state is not None)
+            trainer = Trainer(cfg, run_dir, quiet=quiet, resume=state is not None, checkpoint=state)
             trainer.notes += [f"resuming with {c}" for c in changes]
             if state is None:
                 trainer.notes.append("no checkpoint yet: starting the run afresh from its config")

@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,41 +81,23 @@ def test_explore_refuses_a_missing_output_folder(toy_model, toy_dir, tmp_path):
 
 
 def chromium():
-    """A headless Debian chromium through its chromedriver, or a skip that says what is missing."""
+    """scripts/explorer_load_time.py's `browser`, or a skip that says what is missing."""
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         pytest.skip("no chromium: apt-get install -y chromium chromium-driver (.ci/run does)")
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium missing: pip install -e '.[browser]'"
-    )
-    from selenium.webdriver.chrome.service import Service
+    pytest.importorskip("selenium", reason="selenium missing: pip install -e '.[browser]'")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from explorer_load_time import browser
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1500,1000",
-    ):
-        options.add_argument(flag)
-    return webdriver, options, Service(str(CHROMEDRIVER))
+    return browser
 
 
 def test_the_page_in_a_real_browser(page, tmp_path):
-    webdriver, options, service = chromium()
+    browser = chromium()
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    profile = tmp_path / "profile"
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=service)
+    driver = browser(1500, 1000, console_log=True)
     try:
         driver.get(page.as_uri())
         WebDriverWait(driver, 20).until(lambda d: d.execute_script("return window.nmtReady !== undefined"))
