@@ -166,7 +166,8 @@ class DecodeConfig:
     batch_size: int = setting(64, "sentences per batch, or tokens with batch_type: tokens")
     batch_type: Literal["sentences", "tokens"] = setting("sentences", "what batch_size counts")
     max_len: int = setting(200, "absolute cap on output tokens (EOS included)")
-    max_len_ratio: float = setting(2.0, "and at most ratio * source length + 10")
+    max_len_ratio: float = setting(2.0, "and at most max_len_ratio * source length + max_len_add")
+    max_len_add: int = setting(10, "see max_len_ratio (source length counts EOS)")
     min_len: int = setting(0, "EOS is forbidden before this many tokens")
     length_penalty: Literal["none", "avg", "gnmt"] = setting(
         "gnmt", "avg: |Y|^alpha; gnmt: ((5 + |Y|) / 6)^alpha"
@@ -501,7 +502,7 @@ def validate_decode(d: DecodeConfig, source: str) -> None:
     """The checks of the `decode` section, also applied to settings given per command or call."""
     for rule, keys in (
         ("positive_int", ("beam", "batch_size", "max_len")),
-        ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio")),
+        ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio", "max_len_add")),
     ):
         test, why = RULES[rule]
         for key in keys:

@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 from nmt.errors import NMTError
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write through a temp file in the same directory, fsync, then rename.
+    """Write through `atomic_open`: a crash at any moment leaves either the old file or the new
+    one, never half of one."""
+    with atomic_open(path) as f:
+        write(f)
 
-    A crash at any moment leaves either the old file or the new one, never half of one. A new
-    file gets the usual permissions (0666 less the umask); a replaced one keeps its own.
-    """
+
+@contextmanager
+def atomic_open(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file to write that replaces `path` only when the block ends without an error:
+    written to a temp file in the same directory, fsynced, then renamed. A new file gets the
+    usual permissions (0666 less the umask); a replaced one keeps its own."""
     path = Path(path)
     if path.exists() and not path.is_file():  # /dev/stdout, /dev/null, a FIFO: never replace those
         with open(path, "wb") as f:
-            write(f)
+            yield f
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
@@ -30,7 +38,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         with os.fdopen(fd, "wb") as f:
             if path.exists():
                 os.chmod(tmp, path.stat().st_mode & 0o7777)
-            write(f)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -39,6 +47,16 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         if isinstance(e, OSError):  # a full disk, a read-only folder: say which file, keep the old one
             raise NMTError(describe_os_error(e, path)) from None
         raise
+
+
+@contextmanager
+def atomic_text(path: Path) -> Iterator[TextIO]:
+    """`atomic_open` for UTF-8 text written line by line (results streamed as they come)."""
+    with atomic_open(path) as f:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        yield text
+        text.flush()
+        text.detach()
 
 
 def atomic_copy(source: Path, target: Path) -> None:

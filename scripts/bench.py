@@ -44,13 +44,17 @@ HEADLINE = [
     "decode-beam5-b64",
     "decode-greedy-b1",
     "decode-beam5-b1",
+    "decode-greedy-b64-int8",
+    "decode-beam5-b64-int8",
 ]
 BENCH_MODEL_STEPS = 400
-DECODE_CASES = {
-    "decode-greedy-b64": (1, 64),
-    "decode-beam5-b64": (5, 64),
-    "decode-greedy-b1": (1, 1),
-    "decode-beam5-b1": (5, 1),
+DECODE_CASES = {  # beam, batch, quantize
+    "decode-greedy-b64": (1, 64, "none"),
+    "decode-beam5-b64": (5, 64, "none"),
+    "decode-greedy-b1": (1, 1, "none"),
+    "decode-beam5-b1": (5, 1, "none"),
+    "decode-greedy-b64-int8": (1, 64, "int8"),
+    "decode-beam5-b64-int8": (5, 64, "int8"),
 }
 
 
@@ -268,16 +272,16 @@ def run_decode_case(name: str, model: Path, limit: int) -> dict:
     from nmt.decode.translator import load_translator
     from nmt.fileio import read_lines
 
-    beam, batch = DECODE_CASES[name]
+    beam, batch, quantize = DECODE_CASES[name]
     directory, toy = data_dir()
     source = directory / ("test.human" if toy else "test_2016_flickr.de")
     lines = read_lines(source)[:limit]
     translator = load_translator(
-        [model], {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}
+        [model], {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}, "cpu", quantize
     )
-    translator.translate(lines[:8])  # warm-up
+    translator.translate(lines[:8], attention=False)  # warm-up
     start = time.perf_counter()
-    out = translator.translate(lines)
+    out = translator.translate(lines, attention=False)  # as `nmt translate` without attention outputs
     seconds = time.perf_counter() - start
     return {
         "case": name,

@@ -4,13 +4,16 @@ Not part of the test suite: the peers live in their own virtualenvs (they pin ol
 releases, so install them with --no-deps on top of torch 2.13), e.g.
 
     python3 -m venv ../peers/onmt && ../peers/onmt/bin/pip install torch==2.13.0
-    ../peers/onmt/bin/pip install --no-deps OpenNMT-py==3.5.1 && ...its requirements...
+    ../peers/onmt/bin/pip install --no-deps OpenNMT-py==3.5.1
+    ../peers/onmt/bin/pip install configargparse pyyaml sacrebleu rapidfuzz tensorboard sentencepiece \
+        subword-nmt pyonmttok waitress flask six spacy pyahocorasick fasttext-wheel
 
     python scripts/peers.py prepare --work ../peers/work
     python scripts/peers.py train onmt --python ../peers/onmt/bin/python --work ../peers/work --steps 150
     python scripts/peers.py train joey --python ../peers/joey/bin/python --work ../peers/work --steps 150
     python scripts/peers.py train onmt ... --minutes 20 --save-every 250   # the equal-budget run
-    python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5
+    python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5 [--src big]
+    python scripts/peers.py translate nmt --work ... --model RUN_OR_CKPT --beam 5 --threads 1
     python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
     python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
     python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
@@ -154,13 +157,28 @@ def tokenizer():
     return spm.SentencePieceProcessor(model_file=str(model)), directory
 
 
+BIG = "big10k"  # Multi30k val + test_2016 + the first 8,000 training sources: real, mixed lengths
+
+
 def prepare(work: Path) -> dict:
     sp, directory = tokenizer()
     (work / "sp").mkdir(parents=True, exist_ok=True)
+    (work / "raw").mkdir(parents=True, exist_ok=True)
+    big = [
+        *read(directory / "val.de"),
+        *read(directory / "test_2016_flickr.de"),
+        *read(directory / "train.de")[:8000],
+    ]
+    (work / "raw" / f"{BIG}.de").write_text("\n".join(big) + "\n", encoding="utf-8")
+    (work / "sp" / f"{BIG}.de").write_text(
+        "\n".join(" ".join(p) for p in sp.encode(big, out_type=str)) + "\n", encoding="utf-8"
+    )
     counts: Counter = Counter()
     for split in SPLITS.values():
         for lang in ("de", "en"):
-            lines = (directory / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            lines = read(directory / f"{split}.{lang}")
+            if lang == "de":
+                (work / "raw" / f"{split}.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
             pieces = [" ".join(p) for p in sp.encode(lines, out_type=str)]
             (work / "sp" / f"{split}.{lang}").write_text("\n".join(pieces) + "\n", encoding="utf-8")
             if split == "train":
@@ -169,6 +187,10 @@ def prepare(work: Path) -> dict:
         "".join(f"{p}\t{n}\n" for p, n in counts.most_common()), encoding="utf-8"
     )
     return {"work": str(work), "pieces": len(counts)}
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 def peer_env(threads: int) -> dict:
@@ -248,17 +270,41 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     }
 
 
-def translate(peer: str, python: str, work: Path, model: Path, beam: int, threads: int) -> dict:
-    """Whole-process and decoding-loop sentences/s on test_2016, batch 64, and the BLEU."""
-    src = work / "sp" / "test_2016_flickr.de"
-    out = model.with_suffix(f".beam{beam}.pieces")
+def translate(
+    peer: str,
+    python: str,
+    work: Path,
+    model: Path,
+    beam: int,
+    threads: int,
+    src: str = "test",
+    quantize: str = "none",
+) -> dict:
+    """Whole-process (and, for OpenNMT-py, decoding-loop) sentences/s at batch 64 on `src`
+    (test: test_2016; big: the 10,000-line file), peak memory, output length and test BLEU.
+    Both toolkits cap outputs at 1.25 x source length + 5 (OpenNMT-py's default; nmt's source
+    length counts EOS, so + 4 there) and rank by raw log-probability (OpenNMT-py's default)."""
+    name = "test_2016_flickr" if src == "test" else BIG
+    tag = f"{src}.beam{beam}.t{threads}" + ("" if quantize == "none" else f".{quantize}")
     if peer == "onmt":
+        out = model.with_suffix(f".{tag}.pieces")
         cmd = [
-            str(Path(python).parent / "onmt_translate"), "-model", str(model), "-src", str(src),
-            "-output", str(out), "-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents",
-            "-max_length", "100", "-report_time", "-gpu", "-1",
+            str(Path(python).parent / "onmt_translate"), "-model", str(model),
+            "-src", str(work / "sp" / f"{name}.de"), "-output", str(out), "-beam_size", str(beam),
+            "-batch_size", "64", "-batch_type", "sents", "-max_length", "250",
+            "-max_length_ratio", "1.25", "-report_time", "-gpu", "-1",
+        ]  # fmt: skip
+    elif peer == "nmt":
+        out = model.with_suffix(f".{tag}.txt")
+        cmd = [
+            str(Path(sys.executable).parent / "nmt"), "translate", "-m", str(model),
+            "-i", str(work / "raw" / f"{name}.de"), "-o", str(out), "--beam", str(beam),
+            "--batch-size", "64", "--alpha", "0", "--length-penalty", "none", "--max-len", "250",
+            "--max-len-ratio", "1.25", "--max-len-add", "4", "--device", "cpu", "--quiet",
+            "--quantize", quantize,
         ]  # fmt: skip
     else:
+        out = model.with_suffix(f".{tag}.pieces")
         cfg = out.with_suffix(".yaml")
         testing = {"load_model": str(model), "beam_size": beam, "beam_alpha": 0.0, "batch_size": 64,
                    "batch_type": "sentence", "max_output_length": 100}  # fmt: skip
@@ -266,7 +312,7 @@ def translate(peer: str, python: str, work: Path, model: Path, beam: int, thread
         cfg.write_text(yaml.safe_dump(raw | {"testing": testing}))
         cmd = [python, "-m", "joeynmt", "translate", str(cfg), "-o", str(out)]
     start = time.perf_counter()
-    with src.open("rb") as stdin:
+    with (work / "sp" / f"{name}.de").open("rb") as stdin:
         proc = subprocess.run(
             cmd, stdin=stdin, capture_output=True, text=True, env=peer_env(threads), check=False
         )
@@ -274,19 +320,19 @@ def translate(peer: str, python: str, work: Path, model: Path, beam: int, thread
     if proc.returncode:
         raise SystemExit(f"peers: {cmd[0]} failed:\n{proc.stderr[-2000:]}")
     loop = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stderr + proc.stdout)
-    sentences = len(src.read_text(encoding="utf-8").splitlines())
-    hyps = decode_pieces(out)
+    hyps = read(out) if peer == "nmt" else decode_pieces(out)
     return {
         "peer": peer,
-        "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64",
-        "loop_sent_per_s": round(sentences / float(loop.group(1)), 1) if loop else None,
-        "process_sent_per_s": round(sentences / seconds, 1),
+        "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64"
+        + ("" if quantize == "none" else f"-{quantize}"),
+        "src": name,
+        "sentences": len(hyps),
+        "loop_sent_per_s": round(len(hyps) / float(loop.group(1)), 1) if loop else None,
+        "process_sent_per_s": round(len(hyps) / seconds, 1),
         "process_s": round(seconds, 2),
-        "mean_output_tokens": round(
-            statistics.mean(len(line.split()) + 1 for line in out.read_text().splitlines()), 2
-        ),
+        "mean_output_words": round(statistics.mean(len(h.split()) for h in hyps), 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-        "bleu": bleu(hyps),
+        "bleu": bleu(hyps) if src == "test" else None,
         "threads": threads,
     }
 
@@ -384,6 +430,12 @@ def main() -> None:
     )
     ap.add_argument("--model", type=Path)
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument(
+        "--quantize", choices=["none", "int8"], default="none", help="translate: nmt's --quantize"
+    )
+    ap.add_argument(
+        "--src", choices=["test", "big"], default="test", help="translate: test_2016 or the 10k file"
+    )
     ap.add_argument("--curves", type=Path, nargs="*", help="plot: `score` results (JSON files)")
     ap.add_argument("--labels", nargs="*", help="plot: one legend label per curve")
     ap.add_argument("--out", type=Path, help="plot: the PNG to write")
@@ -396,7 +448,9 @@ def main() -> None:
     elif args.command == "train":
         result = train(args.peer, args.python, work, args)
     elif args.command == "translate":
-        result = translate(args.peer, args.python, work, args.model, args.beam, args.threads)
+        result = translate(
+            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.quantize
+        )
     elif args.peer == "nmt":
         result = score_nmt(args.model, args.beam)  # --model: the nmt run directory
     else:

@@ -127,3 +127,41 @@ def test_nbest_keeps_empty_lines_in_place(model):
 def test_non_utf8_on_stdin_is_one_clean_error(model):
     result = runner.invoke(app, ["translate", "-m", str(model)], input=b"5.6.1990\n\xff\n")
     assert result.exit_code == 2 and "<stdin>: line 2 is not valid UTF-8" in result.stderr
+
+
+def test_sort_windows_and_the_reorder_buffer_keep_input_order(model, text, monkeypatch):
+    # Input is sorted by length in windows; results leave in input order as their turn comes.
+    lines = "\n".join([*text[:5], "", *text[5:]]) + "\n"
+    whole = translate("-m", model, "--batch-size", 3, input=lines).stdout
+    monkeypatch.setattr("nmt.decode.text.SORT_WINDOW", 4)
+    windowed = translate("-m", model, "--batch-size", 3, input=lines).stdout
+    assert windowed == whole and whole.splitlines()[5] == ""
+
+
+def test_length_cap_options(model, text):
+    from nmt import Translator
+
+    # with EOS forbidden, every output runs to its cap: ratio x source length (EOS included) + add
+    for ratio, add in [(0.5, 1), (1.25, 4)]:
+        translator = Translator.load(
+            model, device="cpu", min_len=99, max_len=99, max_len_ratio=ratio, max_len_add=add
+        )
+        for t in translator.translate(text):
+            assert len(t.hypotheses[0].tokens) == int(ratio * len(t.src_pieces)) + add
+
+
+def test_int8_decoder_scores_close_to_fp32(model, text):
+    fp32 = translate("-m", model, "--scores", "--device", "cpu", input="\n".join(text) + "\n").stdout
+    int8 = translate(
+        "-m", model, "--scores", "--device", "cpu", "--quantize", "int8", input="\n".join(text) + "\n"
+    ).stdout
+    rows = [(a.split("\t"), b.split("\t")) for a, b in zip(fp32.splitlines(), int8.splitlines(), strict=True)]
+    assert sum(a[1] == b[1] for a, b in rows) >= len(rows) // 2
+    assert max(abs(float(a[0]) - float(b[0])) for a, b in rows if a[1] == b[1]) < 0.1
+
+
+def test_int8_is_for_the_torch_engine(model):
+    result = runner.invoke(
+        app, ["translate", "-m", str(model), "--quantize", "int8", "--engine", "onnx"], input="x\n"
+    )
+    assert result.exit_code == 2 and "--quantize is for the torch engine" in result.stderr

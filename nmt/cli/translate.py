@@ -49,6 +49,13 @@ def translate(
         int | None, typer.Option(min=0, metavar="INT", help="No EOS before this many tokens.")
     ] = None,
     max_len: Annotated[int | None, typer.Option(min=1, metavar="INT", help="Cap on output tokens.")] = None,
+    max_len_ratio: Annotated[
+        float | None,
+        typer.Option(min=0, metavar="FLOAT", help="And at most this x source length + --max-len-add."),
+    ] = None,
+    max_len_add: Annotated[
+        int | None, typer.Option(min=0, metavar="INT", help="See --max-len-ratio.")
+    ] = None,
     no_repeat_ngram: Annotated[
         int | None, typer.Option(min=0, metavar="INT", help="Never repeat an n-gram this long.")
     ] = None,
@@ -74,6 +81,10 @@ def translate(
     ] = False,
     dpi: Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.")] = 100,
     device: DeviceOption = "auto",
+    quantize: Annotated[
+        Literal["none", "int8"],
+        typer.Option(help="int8: an int8 decoder for CPU decoding; faster, outputs change slightly."),
+    ] = "none",
     engine: Annotated[
         Literal["torch", "onnx"],
         typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -82,6 +93,7 @@ def translate(
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
     from nmt.decode.output import OutputOptions, translate_files
+    from nmt.errors import NMTError
     from nmt.fileio import check_outputs
 
     models = {f"-m {path}": path for path in model}
@@ -96,17 +108,21 @@ def translate(
         "coverage": coverage,
         "min_len": min_len,
         "max_len": max_len,
+        "max_len_ratio": max_len_ratio,
+        "max_len_add": max_len_add,
         "no_repeat_ngram": no_repeat_ngram,
         "allow_unk": False if no_unk else None,
     }
     if engine == "onnx":
+        if quantize != "none":
+            raise NMTError("--quantize is for the torch engine; leave it out with --engine onnx")
         from nmt.runtime.translator import load_onnx_translator
 
         translator = load_onnx_translator(model, overrides)
     else:
         from nmt.decode.translator import load_translator
 
-        translator = load_translator(model, overrides, device)
+        translator = load_translator(model, overrides, device, quantize)
     model_name = " + ".join(map(str, model))
     opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first, pieces, dpi, model_name)
     summary = translate_files(translator, input, output, opts, quiet)

@@ -24,6 +24,9 @@ class Members:
     def share(self, beams: int) -> Members:
         return Members([item.share(beams) for item in self.items])
 
+    def join(self, other: Members) -> Members:
+        return Members([a.join(b) for a, b in zip(self.items, other.items, strict=True)])
+
 
 class Ensemble:
     def __init__(self, models: list[Seq2Seq]):

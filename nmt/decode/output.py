@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import math
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 from nmt.decode.forced import ForcedScore
 from nmt.decode.text import TextTranslator, Translation
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text, check_outputs, decode_lines, read_lines
+from nmt.fileio import atomic_text, atomic_write_text, check_outputs, decode_lines, read_lines
 from nmt.words import attention_view
 
 
@@ -59,45 +59,42 @@ def attention_record(index: int, t: Translation, pieces: bool = False) -> dict:
     }
 
 
-def translate_stream(
-    translator: TextTranslator, lines: list[str], opts: OutputOptions, out: TextIO | None, quiet: bool
-) -> list[Translation]:
-    """Translate `lines`, writing each result to `out` as soon as its turn comes (None: keep)."""
-    from tqdm.auto import tqdm
-
-    results = []
-    with tqdm(total=len(lines), unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5) as bar:
-        for index, t in enumerate(translator.iter_translate(lines, opts.nbest, progress=bar.update), 1):
-            results.append(t)
-            if out is not None:
-                out.write(format_translation(index, t, opts))
-                out.flush()
-    return results
-
-
 def translate_files(
     translator: TextTranslator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
 ) -> str:
-    """The whole `nmt translate`; returns a summary line for stderr ('' when nothing to say)."""
+    """The whole `nmt translate`; returns a summary line for stderr ('' when nothing to say).
+
+    Results are written as they come, in input order (through temp files renamed at the end),
+    so memory stays flat in the number of input lines; attention is kept only when an output
+    asks for it."""
+    from tqdm.auto import tqdm
+
     if input is None and sys.stdin.isatty() and output is None:
         interactive(translator, opts)
         return ""
     lines = read_lines(input) if input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
-    stream = None if output else sys.stdout
-    results = translate_stream(translator, lines, opts, stream, quiet)
-    truncated = sum(t.truncated for t in results)
-    if output:
-        atomic_write_text(output, "".join(format_translation(i, t, opts) for i, t in enumerate(results, 1)))
-    if opts.attention:
-        records = (
-            json.dumps(attention_record(i, t, opts.pieces), ensure_ascii=False) + "\n"
-            for i, t in enumerate(results, 1)
+    truncated, to_plot = 0, []
+    with ExitStack() as files:
+        out = files.enter_context(atomic_text(output)) if output else sys.stdout
+        records = files.enter_context(atomic_text(opts.attention)) if opts.attention else None
+        bar = files.enter_context(
+            tqdm(total=len(lines), unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5)
         )
-        atomic_write_text(opts.attention, "".join(records))
+        keep_attention = bool(opts.attention or opts.plot_attention)
+        results = translator.iter_translate(lines, opts.nbest, progress=bar.update, attention=keep_attention)
+        for index, t in enumerate(results, 1):
+            out.write(format_translation(index, t, opts))
+            if output is None:
+                out.flush()  # a pipe reader sees each line as soon as its turn comes
+            if records:
+                records.write(json.dumps(attention_record(index, t, opts.pieces), ensure_ascii=False) + "\n")
+            if opts.plot_attention and index <= opts.plot_first:
+                to_plot.append(t)
+            truncated += t.truncated
     if opts.plot_attention:
         from nmt.plots import attention_heatmap
 
-        for i, t in enumerate(results[: opts.plot_first], 1):
+        for i, t in enumerate(to_plot, 1):
             if t.hypotheses:
                 path = opts.plot_attention / f"attention-{i}.png"
                 title = f"sentence {i}" + (f" \u2014 {opts.model_name}" if opts.model_name else "")

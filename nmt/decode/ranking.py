@@ -18,11 +18,21 @@ NEG_INF = float("-inf")
 
 
 @dataclass
+class Source:
+    """One sentence to translate: the caller's key for it, its ids (ending in EOS) and the cap
+    on its output length (EOS included)."""
+
+    key: int
+    ids: list[int]
+    max_len: int
+
+
+@dataclass
 class Hypothesis:
     tokens: list[int]  # target ids, ending in EOS unless the length cap stopped it
     score: float  # the ranking score: log_prob / length_penalty + coverage_penalty
     log_prob: float  # sum of the tokens' log-probabilities
-    attention: Any  # (len(tokens), S) weights, one row per output token (a tensor or an array)
+    attention: Any  # (len(tokens), S) weights (a tensor or an array); None when not kept
 
 
 def length_penalty(length: int, cfg: DecodeConfig) -> float:
@@ -47,22 +57,27 @@ def coverage_penalty(attention: Any, src_len: int, cfg: DecodeConfig) -> float:
     return cfg.coverage * sum(math.log(min(max(c, 1e-6), 1.0)) for c in covered)
 
 
-def final_score(log_prob: float, attention: Any, src_len: int, cfg: DecodeConfig) -> float:
-    return log_prob / length_penalty(len(attention), cfg) + coverage_penalty(attention, src_len, cfg)
+def final_score(log_prob: float, length: int, attention: Any, src_len: int, cfg: DecodeConfig) -> float:
+    """`attention` may be None unless the coverage penalty is on."""
+    coverage = coverage_penalty(attention, src_len, cfg) if cfg.coverage else 0.0
+    return log_prob / length_penalty(length, cfg) + coverage
 
 
-def restrict(logp: Any, t: int, history: Any, cfg: DecodeConfig) -> Any:
-    """Forbid tokens the settings rule out at step t, in place: logp (N, V), history (N, t)
-    tokens so far (torch tensors or numpy arrays)."""
+def restrict(logp: Any, positions: Any, histories: list[list[int]] | None, cfg: DecodeConfig) -> Any:
+    """Forbid tokens the settings rule out, in place: logp (N, V) for rows at target `positions`
+    (N,) (torch tensors or numpy arrays); `histories`, each row's tokens so far, is needed only
+    with `no_repeat_ngram`."""
     logp[:, [PAD, BOS]] = NEG_INF
-    if t + 1 < cfg.min_len:
-        logp[:, EOS] = NEG_INF
+    if cfg.min_len:
+        logp[positions + 1 < cfg.min_len, EOS] = NEG_INF
     if not cfg.allow_unk:
         logp[:, UNK] = NEG_INF
     n = cfg.no_repeat_ngram
-    if n and t + 1 >= n:
-        rows = history.tolist()
-        for row, seq in enumerate(rows):
+    if n:
+        for row, seq in enumerate(histories):
+            t = len(seq)
+            if t + 1 < n:
+                continue
             prefix = seq[t - n + 1 :] if n > 1 else []
             banned = [seq[i + n - 1] for i in range(t - n + 1) if seq[i : i + n - 1] == prefix]
             logp[row, banned] = NEG_INF
@@ -70,18 +85,20 @@ def restrict(logp: Any, t: int, history: Any, cfg: DecodeConfig) -> Any:
 
 
 def search_is_over(
-    finished: list[Hypothesis], live_scores: Any, t: int, max_len: int, K: int, cfg: DecodeConfig
+    finished: list[Hypothesis], best_live: float, capped: bool, max_len: int, nbest: int, cfg: DecodeConfig
 ) -> bool:
-    """Whether a sentence's search is over after step t.
+    """Whether a sentence's beam search is over: at the length cap, or when no live hypothesis
+    can still beat the `nbest`-th best finished one.
 
-    Over when it has K complete hypotheses and no live one can still beat the worst of them. A
-    live log-prob can only fall, its length penalty can grow at most to the length cap's, and the
-    coverage penalty is never above 0, so the bound is best_live / lp(max_len). (Stopping as soon
-    as the top hypothesis ends is wrong once a length penalty is on.)
+    A live log-prob can only fall, its length penalty can grow at most to the length cap's, and
+    the coverage penalty is never above 0, so the bound is best_live / lp(max_len). For nbest 1
+    this compares with the best finished hypothesis: it stops earlier than waiting for K finished
+    ones and is just as exact. (Stopping as soon as the top beam ends would be wrong once a length
+    penalty is on.)
     """
-    if t + 1 >= max_len:
+    if capped:
         return True
-    if len(finished) < K:
+    if len(finished) < nbest:
         return False
-    worst = sorted(h.score for h in finished)[-K]
-    return worst >= float(live_scores.max()) / length_penalty(max_len, cfg)
+    threshold = sorted((h.score for h in finished), reverse=True)[nbest - 1]
+    return threshold >= best_live / length_penalty(max_len, cfg)

@@ -1,30 +1,38 @@
-"""Greedy and beam search over a batch of sentences at once, through the `StepModel` protocol.
+"""Greedy and beam search with continuous batching, through the `StepModel` protocol.
 
-Beam search keeps K live hypotheses per sentence flattened into the batch (B*K rows). Each step
-takes the best 2K candidates so that hypotheses ending in EOS leave the live beam without
-shrinking it; every piece of decoder state follows the back-pointers (`select`). The memory keeps
-one row per sentence: `select` keeps sentences, `share(K)` lets K beams read it.
+The decoding batch is a pool of rows. A sentence's rows leave the pool the step it is done, and
+the next sentences (length-sorted by the caller) are encoded and join as soon as an eighth of the
+pool is free, so steps run at nearly full width and a whole file has one tail instead of one per
+batch. Rows at different target positions share a step: every query carries its own position.
+
+Beam search keeps K rows per sentence (a block) and takes the best 2K candidates of each sentence,
+so that hypotheses ending in EOS leave without shrinking the beam. Histories are back-pointers
+(each step's candidate tokens, parents and survivors, on the host), not copied tensors, and the
+attention is stored only when an output asks for it (or the coverage penalty needs it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
-from nmt.decode.ranking import NEG_INF, Hypothesis, final_score, restrict, search_is_over
+from nmt.data.batching import pad_sources
+from nmt.decode.ranking import NEG_INF, Hypothesis, Source, final_score, restrict, search_is_over
 from nmt.vocab import BOS, EOS
+
+Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypotheses, best first)
 
 
 class StepModel(Protocol):
     """What a search needs from a model: a Seq2Seq, or an Ensemble of them.
 
-    `encode` returns the memory (with `select(index)` and `share(beams)`) and the first decoder
-    state (with `select(index)`); `step` maps the previous tokens y (R,) at target `positions`
-    (R,) to logits (R, V), the next state and the attention weights (R, S).
+    `encode` returns the memory (with `select(index)`, `share(beams)` and `join(other)`) and the
+    first decoder state (with `select(index)` and `join(other)`); `step` maps the previous tokens
+    y (R,) at target `positions` (R,) to logits (R, V), the next state and the attention (R, S).
     """
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, Any]: ...
@@ -32,87 +40,224 @@ class StepModel(Protocol):
     def step(self, y: Tensor, state: Any, memory: Any, positions: Tensor) -> tuple[Tensor, Any, Tensor]: ...
 
 
-def next_log_probs(model: StepModel, y: Tensor, state, mem, t: int, history: Tensor, cfg: DecodeConfig):
-    """One decoder step for every row at target position t -> restricted log-probabilities
-    (R, V) in fp32, the next state and the attention weights (R, S)."""
-    positions = torch.full_like(y, t)
+class Feed:
+    """The sources waiting to join the pool, taken in groups that keep the pool within its limit:
+    `fits(sentences, longest source)` says whether a pool of that shape may be decoded at once."""
+
+    def __init__(self, sources: Iterable[Source], fits: Callable[[int, int], bool]):
+        self._sources, self.fits = iter(sources), fits
+        self.next = next(self._sources, None)
+
+    def take(self, count: int, longest: int) -> list[Source]:
+        """The next sources that fit beside `count` sentences whose longest source is `longest`
+        (an empty pool always admits one, however long)."""
+        group: list[Source] = []
+        while self.next is not None:
+            longer = max(longest, len(self.next.ids))
+            if (count or group) and not self.fits(count + len(group) + 1, longer):
+                break
+            group.append(self.next)
+            longest, self.next = longer, next(self._sources, None)
+        return group
+
+
+def refill_level(live: int) -> int:
+    """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a time
+    keeps steps wide without re-padding the pool's memory every step."""
+    return live - max(1, live // 8)
+
+
+def step_log_probs(model: StepModel, y: Tensor, state, mem, positions: Tensor, histories, cfg: DecodeConfig):
+    """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
+    state and the attention weights (R, S)."""
     logits, state, weights = model.step(y, state, mem, positions)
-    return restrict(torch.log_softmax(logits.float(), dim=-1), t, history, cfg), state, weights
+    return restrict(torch.log_softmax(logits.float(), dim=-1), positions, histories, cfg), state, weights
 
 
-@torch.no_grad()
-def greedy_search(
-    model: StepModel, src: Tensor, src_len: Tensor, max_lens: list[int], cfg: DecodeConfig
-) -> list[Hypothesis]:
-    """The most probable next token at every step, for B sentences at once; a sentence leaves
-    the batch as soon as it ends, so no step is spent on it again."""
-    mem, state = model.encode(src, src_len)
-    B = src.size(0)
-    alive = list(range(B))  # the sentence of each row
-    y = torch.full((B,), BOS, dtype=torch.long, device=src.device)
-    history = torch.empty(B, 0, dtype=torch.long, device=src.device)
-    tokens: list[list[int]] = [[] for _ in range(B)]
-    weights: list[list[Tensor]] = [[] for _ in range(B)]
-    log_prob = [0.0] * B
-    for t in range(max(max_lens)):
-        logp, state, w = next_log_probs(model, y, state, mem, t, history, cfg)
-        best, y = logp.max(-1)
-        history = torch.cat([history, y[:, None]], 1)
-        keep = []
-        for row, (b, token, lp, weight) in enumerate(
-            zip(alive, y.tolist(), best.tolist(), w.float().cpu(), strict=True)
-        ):
-            tokens[b].append(token)
-            weights[b].append(weight)
-            log_prob[b] += lp
-            if token != EOS and t + 1 < max_lens[b]:
-                keep.append(row)
-        if not keep:
-            break
-        if len(keep) < len(alive):
-            rows = torch.tensor(keep, device=src.device)
-            state, mem, y, history = state.select(rows), mem.select(rows), y[rows], history[rows]
-            alive = [alive[r] for r in keep]
-    out = []
-    for b in range(B):
-        attention = torch.stack(weights[b])
-        out.append(
-            Hypothesis(
-                tokens[b], final_score(log_prob[b], attention, int(src_len[b]), cfg), log_prob[b], attention
-            )
+def search(
+    model: StepModel,
+    sources: Iterable[Source],
+    cfg: DecodeConfig,
+    fits: Callable[[int, int], bool],
+    device: torch.device,
+    nbest: int = 1,
+    attention: bool = True,
+) -> Results:
+    """The `nbest` best hypotheses of every source, yielded as each sentence finishes (not in
+    input order): greedy search for beam 1 and nbest 1, beam search otherwise."""
+    keep_attention = attention or cfg.coverage > 0
+    if cfg.beam == 1 and nbest == 1:
+        return GreedyPool(model, cfg, device, keep_attention).run(Feed(sources, fits))
+    return BeamPool(model, cfg, device, keep_attention, max(cfg.beam, nbest), nbest).run(Feed(sources, fits))
+
+
+class Pool:
+    """The rows being decoded; subclasses say what a row holds, how a step advances them and
+    when a sentence is done."""
+
+    def __init__(self, model: StepModel, cfg: DecodeConfig, device: torch.device, keep_attention: bool):
+        self.model, self.cfg, self.device, self.keep_attention = model, cfg, device, keep_attention
+        self.sentences: list[Source] = []  # in the order of their rows (blocks of rows for beams)
+        self.mem: Any = None
+        self.state: Any = None
+
+    def run(self, feed: Feed) -> Results:
+        refill_at = 0
+        with torch.no_grad():
+            while True:
+                if len(self.sentences) <= refill_at and feed.next is not None:
+                    longest = max((len(s.ids) for s in self.sentences), default=0)
+                    self.join(feed.take(len(self.sentences), longest))
+                    refill_at = refill_level(len(self.sentences))
+                if not self.sentences:
+                    return
+                yield from self.step()
+
+    def encode(self, group: list[Source]) -> tuple[Any, Any]:
+        src, src_len = pad_sources([s.ids for s in group])
+        return self.model.encode(src.to(self.device), src_len)
+
+    def join(self, group: list[Source]) -> None:
+        raise NotImplementedError
+
+    def step(self) -> Results:
+        raise NotImplementedError
+
+
+def cat(old: Tensor | None, new: Tensor) -> Tensor:
+    return new if old is None else torch.cat([old, new])
+
+
+class GreedyPool(Pool):
+    """One row per sentence: the most probable next token at every step."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.y = self.positions = self.log_prob = self.max_lens = None
+        self.tokens: list[list[int]] = []  # per row
+        self.weights: list[list[Tensor]] = []  # per row, when attention is kept
+
+    def join(self, group: list[Source]) -> None:
+        mem, state = self.encode(group)
+        n = len(group)
+        if self.mem is None:
+            self.mem, self.state = mem, state
+        else:
+            self.mem, self.state = self.mem.join(mem), self.state.join(state)
+        self.y = cat(self.y, torch.full((n,), BOS, dtype=torch.long, device=self.device))
+        self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
+        self.log_prob = cat(self.log_prob, torch.zeros(n, dtype=torch.float64, device=self.device))
+        lens = torch.tensor([s.max_len for s in group], device=self.device)
+        self.max_lens = cat(self.max_lens, lens)
+        self.sentences += group
+        self.tokens += [[] for _ in group]
+        self.weights += [[] for _ in group]
+
+    def step(self) -> Results:
+        histories = self.tokens if self.cfg.no_repeat_ngram else None
+        logp, self.state, w = step_log_probs(
+            self.model, self.y, self.state, self.mem, self.positions, histories, self.cfg
         )
-    return out
+        best, self.y = logp.max(-1)
+        self.log_prob += best.double()
+        self.positions += 1
+        for row, token in zip(self.tokens, self.y.tolist(), strict=True):
+            row.append(token)
+        if self.keep_attention:
+            w = w.float().cpu()
+            for r, (row, s) in enumerate(zip(self.weights, self.sentences, strict=True)):
+                row.append(w[r, : len(s.ids)])
+        done = ((self.y == EOS) | (self.positions >= self.max_lens)).tolist()
+        if not any(done):
+            return
+        log_prob = self.log_prob.tolist()
+        keep = []
+        for r, (s, finished) in enumerate(zip(self.sentences, done, strict=True)):
+            if not finished:
+                keep.append(r)
+                continue
+            att = torch.stack(self.weights[r]) if self.keep_attention else None
+            length = len(self.tokens[r])
+            score = final_score(log_prob[r], length, att, len(s.ids), self.cfg)
+            yield s.key, [Hypothesis(self.tokens[r], score, log_prob[r], att)]
+        self._keep(keep)
+
+    def _keep(self, keep: list[int]) -> None:
+        if not keep:
+            self.sentences, self.tokens, self.weights = [], [], []
+            self.mem = self.state = self.y = self.positions = self.log_prob = self.max_lens = None
+            return
+        rows = torch.tensor(keep, device=self.device)
+        self.mem, self.state = self.mem.select(rows), self.state.select(rows)
+        self.y, self.positions = self.y[rows], self.positions[rows]
+        self.log_prob, self.max_lens = self.log_prob[rows], self.max_lens[rows]
+        self.sentences = [self.sentences[r] for r in keep]
+        self.tokens = [self.tokens[r] for r in keep]
+        self.weights = [self.weights[r] for r in keep]
 
 
-@dataclass
-class Candidates:
-    """The best n = 2K extensions of each live sentence's beams at one step, best first."""
+class Trail:
+    """One sentence's beam search so far: per step, the candidates' tokens and parent beams and
+    which candidates survived as the next beams (back-pointers), the attention of each beam row
+    when kept, and the finished hypotheses."""
 
-    scores: Tensor  # (B, n) cumulative log-probabilities, float64
-    origin: Tensor  # (B, n) the beam each candidate extends (a back-pointer)
-    token: Tensor  # (B, n)
-    history: Tensor  # (B*n, t+1) tokens so far
-    attention: Tensor  # (B*n, t+1, S) weights so far
+    def __init__(self, source: Source):
+        self.source = source
+        self.tokens: list[list[int]] = []  # per step: the 2K candidates' tokens
+        self.parents: list[list[int]] = []  # per step: the beam each candidate extends
+        self.survivors: list[list[int]] = []  # per step: the candidates kept as beams 0..K-1
+        self.weights: list[Tensor] = []  # per step: (K, S) attention of the beam rows
+        self.finished: list[Hypothesis] = []
+
+    def path(self, candidate: int) -> tuple[list[int], list[int]]:
+        """The tokens of `candidate` at the last step, and the beam row each was produced by."""
+        tokens, rows = [], []
+        for t in range(len(self.tokens) - 1, -1, -1):
+            parent = self.parents[t][candidate]
+            tokens.append(self.tokens[t][candidate])
+            rows.append(parent)
+            if t:
+                candidate = self.survivors[t - 1][parent]
+        return tokens[::-1], rows[::-1]
+
+    def history(self, beam: int) -> list[int]:
+        """The tokens of live beam `beam`."""
+        return self.path(self.survivors[-1][beam])[0] if self.tokens else []
 
 
-class BeamSearch:
-    """The live beams of the sentences still searched, and the hypotheses they have finished
-    (a sentence is finished by `ranking.search_is_over`)."""
+class BeamPool(Pool):
+    """K rows per sentence; a sentence leaves when `ranking.search_is_over`."""
 
-    def __init__(self, B: int, K: int, S: int, src_len: Tensor, max_lens: list[int], cfg: DecodeConfig):
-        device = src_len.device
-        self.K, self.cfg, self.max_lens, self.lengths = K, cfg, max_lens, src_len.tolist()
-        self.alive = list(range(B))  # the sentences still searched, in the order of their rows
-        self.scores = torch.full((B, K), NEG_INF, dtype=torch.float64, device=device)
-        self.scores[:, 0] = 0.0  # all beams start identical: only the first may spread
-        self.y = torch.full((B * K,), BOS, dtype=torch.long, device=device)
-        self.history = torch.empty(B * K, 0, dtype=torch.long, device=device)
-        self.attention = torch.empty(B * K, 0, S, device=device)
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    def __init__(self, model, cfg, device, keep_attention, K: int, nbest: int):
+        super().__init__(model, cfg, device, keep_attention)
+        self.K, self.nbest = K, nbest
+        self.trails: list[Trail] = []
+        self.scores = self.y = self.positions = self.max_lens = None  # scores (B, K) float64
 
-    def candidates(self, logp: Tensor, w: Tensor) -> Candidates:
-        """The best 2K candidates overall are among each beam's own best 2K tokens."""
-        B, K = len(self.alive), self.K
+    def join(self, group: list[Source]) -> None:
+        mem, state = self.encode(group)
+        n, K = len(group), self.K
+        state = state.select(torch.arange(n, device=self.device).repeat_interleave(K))
+        mem = mem.share(K)  # K state rows per sentence, one memory row
+        if self.mem is None:
+            self.mem, self.state = mem, state
+        else:
+            self.mem, self.state = self.mem.join(mem), self.state.join(state)
+        scores = torch.full((n, K), NEG_INF, dtype=torch.float64, device=self.device)
+        scores[:, 0] = 0.0  # all beams start identical: only the first may spread
+        self.scores = cat(self.scores, scores)
+        self.y = cat(self.y, torch.full((n * K,), BOS, dtype=torch.long, device=self.device))
+        self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
+        self.max_lens = cat(self.max_lens, torch.tensor([s.max_len for s in group], device=self.device))
+        self.sentences += group
+        self.trails += [Trail(s) for s in group]
+
+    def step(self) -> Results:
+        B, K, cfg = len(self.sentences), self.K, self.cfg
+        rows_at = self.positions.repeat_interleave(K)
+        histories = [tr.history(j) for tr in self.trails for j in range(K)] if cfg.no_repeat_ngram else None
+        logp, state, w = step_log_probs(self.model, self.y, self.state, self.mem, rows_at, histories, cfg)
+        # The best 2K candidates overall are among each beam's own best 2K tokens.
         per_beam = min(2 * K, logp.size(-1))
         beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
         total = self.scores[:, :, None] + beam_logp.double().view(B, K, per_beam)
@@ -120,78 +265,59 @@ class BeamSearch:
         top, idx = total.view(B, K * per_beam).topk(n, dim=1)  # (B, n)
         origin = idx // per_beam
         token = beam_token.view(B, K * per_beam).gather(1, idx)
-        rows = (torch.arange(B, device=logp.device)[:, None] * K + origin).flatten()  # parent rows
-        history = torch.cat([self.history[rows], token.flatten()[:, None]], 1)  # (B*n, t+1)
-        attention = torch.cat([self.attention[rows], w[rows].float()[:, None]], 1)
-        return Candidates(top, origin, token, history, attention)
+        position = torch.arange(n, device=self.device)
+        survivors = ((token == EOS).long() * n + position).topk(K, dim=1, largest=False).indices
+        self.positions += 1
+        at_cap = self.positions >= self.max_lens
+        ends = ((token == EOS) | at_cap[:, None]) & (position < K) & torch.isfinite(top)
+        self.scores = top.gather(1, survivors)
+        self.y = token.gather(1, survivors).flatten()
+        parent_rows = (
+            torch.arange(B, device=self.device)[:, None] * K + origin.gather(1, survivors)
+        ).flatten()
+        bound = self.scores.max(1).values.tolist()
 
-    def finish(self, cand: Candidates, t: int) -> None:
-        """Hypotheses leave the beam when they end in EOS among the top K, or reach the cap."""
-        n = cand.token.size(1)
-        position = torch.arange(n, device=cand.token.device)
-        at_cap = torch.tensor([t + 1 >= self.max_lens[b] for b in self.alive], device=cand.token.device)
-        ends = ((cand.token == EOS) | at_cap[:, None]) & (position < self.K) & torch.isfinite(cand.scores)
+        tokens, parents, kept, top_l = token.tolist(), origin.tolist(), survivors.tolist(), top.tolist()
+        weights = w.float().view(B, K, -1).cpu() if self.keep_attention else None
+        for i, trail in enumerate(self.trails):
+            trail.tokens.append(tokens[i])
+            trail.parents.append(parents[i])
+            trail.survivors.append(kept[i])
+            if weights is not None:
+                trail.weights.append(weights[i, :, : len(trail.source.ids)])
         for i, c in ends.nonzero().tolist():
-            flat, b = i * n + c, self.alive[i]
-            lp, att = float(cand.scores[i, c]), cand.attention[flat]
-            score = final_score(lp, att, self.lengths[b], self.cfg)
-            self.finished[b].append(Hypothesis(cand.history[flat].tolist(), score, lp, att.cpu()))
+            self._finish(self.trails[i], c, top_l[i][c])
 
-    def advance(self, cand: Candidates) -> Tensor:
-        """Keep the K best candidates that do not end in EOS; returns their parent rows."""
-        B, n = cand.token.shape
-        device = cand.token.device
-        position = torch.arange(n, device=device)
-        live = ((cand.token == EOS).long() * n + position).topk(self.K, dim=1, largest=False).indices
-        self.scores = cand.scores.gather(1, live)
-        self.y = cand.token.gather(1, live).flatten()
-        pick = (torch.arange(B, device=device)[:, None] * n + live).flatten()
-        self.history, self.attention = cand.history[pick], cand.attention[pick]
-        return (torch.arange(B, device=device)[:, None] * self.K + cand.origin.gather(1, live)).flatten()
+        keep = []
+        for i, (trail, capped) in enumerate(zip(self.trails, at_cap.tolist(), strict=True)):
+            if search_is_over(trail.finished, bound[i], capped, trail.source.max_len, self.nbest, cfg):
+                yield trail.source.key, sorted(trail.finished, key=lambda h: -h.score)[: self.nbest]
+            else:
+                keep.append(i)
+        self._keep(keep, parent_rows, state)
 
-    def still_searching(self, t: int) -> list[int]:
-        """Indices (into `alive`) of the sentences whose search goes on after step t."""
-        return [
-            i
-            for i, b in enumerate(self.alive)
-            if not search_is_over(self.finished[b], self.scores[i], t, self.max_lens[b], self.K, self.cfg)
-        ]
+    def _finish(self, trail: Trail, candidate: int, log_prob: float) -> None:
+        tokens, rows = trail.path(candidate)
+        att = torch.stack([trail.weights[t][r] for t, r in enumerate(rows)]) if self.keep_attention else None
+        score = final_score(log_prob, len(tokens), att, len(trail.source.ids), self.cfg)
+        trail.finished.append(Hypothesis(tokens, score, log_prob, att))
 
-    def keep_sentences(self, still: list[int], parent_rows: Tensor) -> tuple[Tensor, Tensor]:
-        """Drop the finished sentences' beams; returns the kept sentences and their parent rows."""
-        K = self.K
-        blocks = torch.tensor(still, device=parent_rows.device)
-        block_rows = (blocks[:, None] * K + torch.arange(K, device=blocks.device)).flatten()
-        self.y, self.history = self.y[block_rows], self.history[block_rows]
-        self.attention, self.scores = self.attention[block_rows], self.scores[blocks]
-        self.alive = [self.alive[i] for i in still]
-        return blocks, parent_rows[block_rows]
-
-    def best(self, nbest: int) -> list[list[Hypothesis]]:
-        return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in self.finished]
-
-
-@torch.no_grad()
-def beam_search(
-    model: StepModel, src: Tensor, src_len: Tensor, max_lens: list[int], cfg: DecodeConfig, nbest: int = 1
-) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses of each sentence, by `final_score` (see `BeamSearch`)."""
-    K = max(cfg.beam, nbest)
-    B = src.size(0)
-    mem, state = model.encode(src, src_len)
-    expand = torch.arange(B, device=src.device).repeat_interleave(K)
-    mem, state = mem.share(K), state.select(expand)  # K state rows per sentence, one memory
-    beams = BeamSearch(B, K, src.size(1), src_len.to(src.device), max_lens, cfg)
-    for t in range(max(max_lens)):
-        logp, state, w = next_log_probs(model, beams.y, state, mem, t, beams.history, cfg)
-        cand = beams.candidates(logp, w)
-        beams.finish(cand, t)
-        parent_rows = beams.advance(cand)
-        still = beams.still_searching(t)
-        if not still:
-            break
-        if len(still) < len(beams.alive):  # finished sentences leave the batch
-            blocks, parent_rows = beams.keep_sentences(still, parent_rows)
-            mem = mem.select(blocks)
-        state = state.select(parent_rows)
-    return beams.best(nbest)
+    def _keep(self, keep: list[int], parent_rows: Tensor, state) -> None:
+        B, K = len(self.trails), self.K
+        if not keep:
+            self.sentences, self.trails = [], []
+            self.mem = self.state = self.scores = self.y = self.positions = self.max_lens = None
+            return
+        if len(keep) < B:  # finished sentences leave the batch
+            blocks = torch.tensor(keep, device=self.device)
+            block_rows = (blocks[:, None] * K + torch.arange(K, device=self.device)).flatten()
+            self.y, parent_rows = self.y[block_rows], parent_rows[block_rows]
+            self.scores, self.positions, self.max_lens = (
+                self.scores[blocks],
+                self.positions[blocks],
+                self.max_lens[blocks],
+            )
+            self.mem = self.mem.select(blocks)
+            self.sentences = [self.sentences[i] for i in keep]
+            self.trails = [self.trails[i] for i in keep]
+        self.state = state.select(parent_rows)

@@ -1,6 +1,10 @@
-"""Text in, text out, whatever decodes: tokenise, sort by length, decode in batches, restore the
-input order. An engine (`nmt.decode.translator.Translator` with torch, `nmt.runtime` with
-onnxruntime) only supplies `_decode`, so both treat lines, limits and batches the same way.
+"""Text in, text out, whatever decodes: tokenise, sort by length, decode, restore the input
+order. An engine (`nmt.decode.translator.Translator` with torch, `nmt.runtime` with onnxruntime)
+supplies `_decode_stream` or `_decode`, so both treat lines, limits and batches the same way.
+
+Input is read in windows of `SORT_WINDOW` lines, each sorted by length, and results leave in
+input order through a reorder buffer as soon as their turn comes, so memory stays flat in the
+size of the input.
 
 No torch here, so the torch-free runtime can build on it.
 """
@@ -8,15 +12,18 @@ No torch here, so the torch-free runtime can build on it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
-from nmt.decode.ranking import Hypothesis
+from nmt.decode.ranking import Hypothesis, Source
+from nmt.errors import NMTError
 from nmt.vocab import EOS
 from nmt.words import merge_attention
+
+SORT_WINDOW = 10_000  # lines sorted by length together: wide enough for full batches, bounded
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Translation:
         """Word-level attention of the best hypothesis (empty for an empty input line)."""
         if not self.hypotheses:
             return WordAttention([], [], [])
+        if self.hypotheses[0].attention is None:
+            raise NMTError("this translation kept no attention: translate with attention=True")
         weights, source, target = merge_attention(
             self.hypotheses[0].attention, self.src_pieces, self.tgt_pieces
         )
@@ -89,43 +98,69 @@ class TextTranslator:
         return other
 
     def max_len(self, src_len: int) -> int:
-        return max(1, min(self.cfg.max_len, int(self.cfg.max_len_ratio * src_len) + 10))
+        """The output cap (EOS included) for a source of `src_len` ids."""
+        cfg = self.cfg
+        return max(1, min(cfg.max_len, int(cfg.max_len_ratio * src_len) + cfg.max_len_add))
 
-    def translate(self, sentences: str | list[str], nbest: int = 1, **settings: object) -> list[Translation]:
+    def fits(self, sentences: int, longest: int) -> bool:
+        """Whether `sentences` sources, the longest `longest` ids, may be decoded in one batch."""
+        if self.cfg.batch_type == "sentences":
+            return sentences <= self.cfg.batch_size
+        return sentences * longest <= self.cfg.batch_size
+
+    def translate(
+        self, sentences: str | list[str], nbest: int = 1, attention: bool = True, **settings: object
+    ) -> list[Translation]:
         """Translations of `sentences` in their order (a single string is one sentence), each
-        with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call."""
+        with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call.
+        `attention=False` skips keeping the attention weights (faster on long inputs)."""
         translator = self.configured(**settings) if settings else self
         lines = [sentences] if isinstance(sentences, str) else list(sentences)
-        return list(translator.iter_translate(lines, nbest))
+        return list(translator.iter_translate(lines, nbest, attention=attention))
 
     def iter_translate(
-        self, lines: list[str], nbest: int = 1, progress: Callable[[int], None] | None = None
+        self,
+        lines: list[str],
+        nbest: int = 1,
+        progress: Callable[[int], None] | None = None,
+        attention: bool = True,
     ) -> Iterator[Translation]:
-        """Translations in input order; batches are formed from length-sorted sentences."""
-        ids, truncated = self.encode_sources(lines)
-        # Empty in, empty out: a blank line is not a sentence to hallucinate a translation for.
-        done = {i: Translation([], [], [], [""]) for i, line in enumerate(lines) if not line.strip()}
-        order = sorted((i for i in range(len(ids)) if i not in done), key=lambda i: len(ids[i]))
-        batches = iter(self._batches(order, ids))
+        """Translations in input order, each as soon as its turn comes."""
+        done: dict[int, Translation] = {}
+        sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
+
+        def windows() -> Iterator[Source]:
+            for start in range(0, len(lines), SORT_WINDOW):
+                window = lines[start : start + SORT_WINDOW]
+                ids, truncated = self.encode_sources(window)
+                order = []
+                for offset, (line, row) in enumerate(zip(window, ids, strict=True)):
+                    if line.strip():
+                        sources[start + offset] = (row, offset in truncated)
+                        order.append(start + offset)
+                    else:  # empty in, empty out: nothing to hallucinate a translation for
+                        done[start + offset] = Translation([], [], [], [""])
+                order.sort(key=lambda i: len(sources[i][0]))
+                yield from (Source(i, sources[i][0], self.max_len(len(sources[i][0]))) for i in order)
+
         next_out = 0
-        while True:
+        for i, hyps in self._decode_stream(windows(), nbest, attention):
+            row, truncated = sources.pop(i)
+            done[i] = Translation(
+                src_pieces=self.tok.src.id_to_piece(row),
+                tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
+                hypotheses=hyps,
+                texts=[self.tok.tgt.decode(h.tokens) for h in hyps],
+                truncated=truncated,
+            )
+            if progress:
+                progress(1)
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
-            chunk = next(batches, None)
-            if chunk is None:
-                return
-            for i, hyps in zip(chunk, self._decode([ids[i] for i in chunk], nbest), strict=True):
-                texts = [self.tok.tgt.decode(h.tokens) for h in hyps]
-                done[i] = Translation(
-                    src_pieces=self.tok.src.id_to_piece(ids[i]),
-                    tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
-                    hypotheses=hyps,
-                    texts=texts,
-                    truncated=i in truncated,
-                )
-            if progress:
-                progress(len(chunk))
+        while next_out in done:  # trailing empty lines
+            yield done.pop(next_out)
+            next_out += 1
 
     def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
         """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the
@@ -139,16 +174,36 @@ class TextTranslator:
             ids.append(pieces + [EOS])
         return ids, truncated
 
-    def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
-        """Consecutive length-sorted sentences, up to batch_size sentences or padded tokens."""
-        if self.cfg.batch_type == "sentences":
-            return [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
-        batches: list[list[int]] = [[]]
-        for i in order:  # sorted ascending, so the newest sentence is the longest
-            if batches[-1] and (len(batches[-1]) + 1) * len(ids[i]) > self.cfg.batch_size:
-                batches.append([])
-            batches[-1].append(i)
-        return [b for b in batches if b]
+    def batches(self, order: Iterable[int], length: Callable[[int], int]) -> Iterator[list[int]]:
+        """Consecutive keys of `order` (sources of `length(key)` ids) in batches that `fits`."""
+        batch: list[int] = []
+        longest = 0
+        for key in order:
+            longer = max(longest, length(key))
+            if batch and not self.fits(len(batch) + 1, longer):
+                yield batch
+                batch, longer = [], length(key)
+            batch.append(key)
+            longest = longer
+        if batch:
+            yield batch
+
+    def _decode_stream(
+        self, sources: Iterator[Source], nbest: int, attention: bool
+    ) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """(key, n-best hypotheses) for every source, in any order. This default decodes
+        consecutive sources in batches through `_decode`; an engine with continuous batching
+        replaces it."""
+        waiting: dict[int, Source] = {}
+
+        def keys() -> Iterator[int]:
+            for source in sources:
+                waiting[source.key] = source
+                yield source.key
+
+        for chunk in self.batches(keys(), lambda key: len(waiting[key].ids)):
+            rows = [waiting.pop(key).ids for key in chunk]
+            yield from zip(chunk, self._decode(rows, nbest), strict=True)
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source id list (ending in EOS), best first."""

@@ -1,9 +1,10 @@
-"""The torch engine: a `TextTranslator` whose batches go through `greedy_search` / `beam_search`
-with a Seq2Seq (or an ensemble of them), and `load_translator` for any model path."""
+"""The torch engine: a `TextTranslator` that decodes with `nmt.decode.search` (greedy or beam,
+continuous batching) with a Seq2Seq (or an ensemble of them), and `load_translator` for any model
+path."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.forced import ForcedScore, forced_decode
-from nmt.decode.ranking import Hypothesis
-from nmt.decode.search import StepModel, beam_search, greedy_search
+from nmt.decode.ranking import Hypothesis, Source
+from nmt.decode.search import StepModel, search
 from nmt.decode.text import TextTranslator, Translation, WordAttention
 from nmt.errors import NMTError
 from nmt.model.seq2seq import count_parameters
@@ -58,14 +59,19 @@ class Translator(TextTranslator):
 
     @classmethod
     def load(
-        cls, path: str | Path | Sequence[str | Path], device: str = "auto", **settings: object
+        cls,
+        path: str | Path | Sequence[str | Path],
+        device: str = "auto",
+        quantize: str = "none",
+        **settings: object,
     ) -> Translator:
         """A translator for a checkpoint, a run directory (its best checkpoint), a release
         directory or an `hf://` path, or for a list of them decoding as an ensemble; `settings`
         replace the model's decode settings (`beam=5`, `alpha=0.6`, ...). `device`: auto, cpu,
-        cuda, cuda:N or mps."""
+        cuda, cuda:N or mps. `quantize="int8"`: an int8 decoder for CPU decoding, faster and
+        slightly different (`nmt.decode.quantize`)."""
         paths = [path] if isinstance(path, str | Path) else list(path)
-        return load_translator(paths, settings, device)
+        return load_translator(paths, settings, device, quantize)
 
     @classmethod
     def from_config(
@@ -104,7 +110,7 @@ class Translator(TextTranslator):
         tgt_ids = [p + [EOS] for p in self.tok.tgt.encode_batch(normalized)]
         order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
         out: list[ForcedScore | None] = [None] * len(sources)
-        for chunk in self._batches(order, src_ids):
+        for chunk in self.batches(order, lambda i: len(src_ids[i])):
             src, src_len = pad_sources([src_ids[i] for i in chunk])
             forced = forced_decode(self.model, src.to(self.device), src_len, [tgt_ids[i] for i in chunk])
             for i, (log_probs, attention) in zip(chunk, forced, strict=True):
@@ -117,24 +123,30 @@ class Translator(TextTranslator):
                 )
         return out  # type: ignore[return-value]
 
-    def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
-        src, src_len = pad_sources(rows)
-        src = src.to(self.device)
-        max_lens = [self.max_len(len(r)) for r in rows]
-        if self.cfg.beam == 1 and nbest == 1:
-            return [[h] for h in greedy_search(self.model, src, src_len, max_lens, self.cfg)]
-        return beam_search(self.model, src, src_len, max_lens, self.cfg, nbest)
+    def _decode_stream(
+        self, sources: Iterator[Source], nbest: int, attention: bool
+    ) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """Continuous batching (`nmt.decode.search`): the pool refills from `sources`."""
+        return search(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 
 
-def load_translator(checkpoints: list[Path], overrides: dict, device: str = "cpu") -> Translator:
+def load_translator(
+    checkpoints: list[Path], overrides: dict, device: str = "cpu", quantize: str = "none"
+) -> Translator:
     """A Translator for one model (a checkpoint, run directory, release directory or hf:// path;
     see `nmt.checkpoint.load_model`), or an ensemble of several; `overrides` replace the first
-    model's `decode` settings."""
+    model's `decode` settings; `quantize`: none or int8 (`nmt.decode.quantize`)."""
     from nmt.checkpoint import load_model
+    from nmt.decode.quantize import QUANTIZE, quantize_int8
     from nmt.device import resolve_device
 
+    if quantize not in QUANTIZE:
+        raise NMTError(f"quantize: {quantize!r} is not one of {', '.join(QUANTIZE)}")
     torch_device = resolve_device(device)
     loaded = [load_model(path, torch_device) for path in checkpoints]
+    if quantize == "int8":
+        for m in loaded:
+            quantize_int8(m.model, torch_device)
     first = loaded[0]
     for path, other in zip(checkpoints[1:], loaded[1:], strict=True):
         if other.tokenizers.to_state() != first.tokenizers.to_state():

@@ -46,7 +46,9 @@ def run_eval(
 
         for path in models:
             translator = load_translator([path], decode_overrides, device)
-            systems[_unique(str(path), systems)] = [t.text for t in translator.translate(src_lines)]
+            systems[_unique(str(path), systems)] = [
+                t.text for t in translator.translate(src_lines, attention=False)
+            ]
     report = evaluate(systems, references, opts, src_lines)
     if plot:
         from nmt.plots import bleu_by_length_chart

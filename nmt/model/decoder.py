@@ -26,7 +26,7 @@ from nmt.model.output import OutputLayer
 from nmt.registry import Registry
 from nmt.vocab import PAD
 
-FUSED_CELL_MAX_ROWS = 8  # measured crossover between the fused cell and nn.LSTM, one step
+FUSED_CELL_MAX_ROWS = 64  # measured: the fused cell wins at 64 rows (greedy), nn.LSTM at 320 (beam 5)
 
 
 def lstm_cell(
@@ -57,6 +57,28 @@ class Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
         return Memory(self.memory, self.mask, self.keys, beams)
 
+    def join(self, other: Memory) -> Memory:
+        """This batch's sentences, then `other`'s, padded to the longer source (continuous
+        batching: sentences join a search that is under way)."""
+        S = max(self.mask.size(1), other.mask.size(1))
+
+        def both(a: Tensor, b: Tensor) -> Tensor:
+            return torch.cat([pad_source(a, S), pad_source(b, S)])
+
+        return Memory(
+            both(self.memory, other.memory),
+            both(self.mask, other.mask),
+            both(self.keys, other.keys),
+            self.beams,
+        )
+
+
+def pad_source(x: Tensor, length: int) -> Tensor:
+    """x (B, S, ...) padded with zeros (False for a mask) to `length` source positions."""
+    if x.size(1) == length:
+        return x
+    return torch.cat([x, x.new_zeros(x.size(0), length - x.size(1), *x.shape[2:])], 1)
+
 
 @dataclass
 class DecoderState:
@@ -68,6 +90,11 @@ class DecoderState:
         """Reorder (or expand) the batch by `index`: beams follow their back-pointers."""
         feed = None if self.feed is None else self.feed[index]
         return DecoderState(self.h[:, index], self.c[:, index], feed)
+
+    def join(self, other: DecoderState) -> DecoderState:
+        """This batch's rows, then `other`'s."""
+        feed = None if self.feed is None else torch.cat([self.feed, other.feed])
+        return DecoderState(torch.cat([self.h, other.h], 1), torch.cat([self.c, other.c], 1), feed)
 
 
 class Decoder(Registry, nn.Module):
@@ -90,6 +117,7 @@ class Decoder(Registry, nn.Module):
         raise NotImplementedError
 
     unrolled_cell = False  # True: single steps always use `lstm_cell` (ONNX export, nmt/ship/export.py)
+    quantized = False  # True: `rnn` is an int8 LSTM (nmt/decode/quantize.py), which has no fused cell
 
     def run_rnn(self, x: Tensor, state: DecoderState) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """The LSTM over x (B, k, I) from state -> outputs (B, k, D) and the new (h, c).
@@ -99,7 +127,7 @@ class Decoder(Registry, nn.Module):
         0.15 ms. From ~8 rows on nn.LSTM is faster (docs/performance.md). `unrolled_cell` takes
         the cell in plain matrix products for every row count, which exports to ONNX.
         """
-        if x.size(1) > 1 or (x.size(0) > FUSED_CELL_MAX_ROWS and not self.unrolled_cell):
+        if x.size(1) > 1 or self.quantized or (x.size(0) > FUSED_CELL_MAX_ROWS and not self.unrolled_cell):
             return self.rnn(x, (state.h, state.c))
         cell = lstm_cell if self.unrolled_cell else torch.lstm_cell
         layer_input, hs, cs = x[:, 0], [], []

@@ -28,7 +28,7 @@ def greedy_search(
     log_prob = [0.0] * B
     for t in range(max(max_lens)):
         logp, state, w = model.step(y, state, t)
-        logp = restrict(logp, t, history, cfg)
+        logp = restrict(logp, np.full(len(y), t), history.tolist() if cfg.no_repeat_ngram else None, cfg)
         y = logp.argmax(-1)
         best = logp[np.arange(len(y)), y]
         history = np.concatenate([history, y[:, None]], 1)
@@ -48,7 +48,7 @@ def greedy_search(
     out = []
     for b in range(B):
         attention = np.stack(weights[b])
-        score = final_score(log_prob[b], attention, int(src_len[b]), cfg)
+        score = final_score(log_prob[b], len(tokens[b]), attention, int(src_len[b]), cfg)
         out.append(Hypothesis(tokens[b], score, log_prob[b], attention))
     return out
 
@@ -84,7 +84,7 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     for t in range(max(max_lens)):
         logp, state, w = model.step(y, state, t)
-        logp = restrict(logp, t, history, cfg)
+        logp = restrict(logp, np.full(len(y), t), history.tolist() if cfg.no_repeat_ngram else None, cfg)
         n_alive = len(alive)
         # the best 2K candidates overall are among each beam's own best 2K tokens
         per_beam = min(2 * K, logp.shape[-1])
@@ -107,7 +107,7 @@ def beam_search(
             flat, b = i * n + c, alive[i]
             lp, att = float(top[i, c]), cand_attention[flat]
             finished[b].append(
-                Hypothesis(cand_history[flat].tolist(), final_score(lp, att, lengths[b], cfg), lp, att)
+                Hypothesis(cand_history[flat].tolist(), final_score(lp, t + 1, att, lengths[b], cfg), lp, att)
             )
         # advance: the K best candidates that do not end in EOS
         live = np.argsort((token == EOS) * n + position, axis=1, kind="stable")[:, :K]
@@ -119,7 +119,9 @@ def beam_search(
         still = [
             i
             for i, b in enumerate(alive)
-            if not search_is_over(finished[b], scores[i], t, max_lens[b], K, cfg)
+            if not search_is_over(
+                finished[b], float(scores[i].max()), t + 1 >= max_lens[b], max_lens[b], nbest, cfg
+            )
         ]
         if not still:
             break

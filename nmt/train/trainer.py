@@ -472,7 +472,7 @@ class Trainer:
             nll, tokens = nll + sums.nll, tokens + sums.tokens
         # the same settings as `nmt translate` with this checkpoint
         translator = Translator.from_config(self.model, self.tok, self.cfg, self.device)
-        translations = translator.translate([s for s, _ in self.valid_pairs])
+        translations = translator.translate([s for s, _ in self.valid_pairs], attention=bool(self.trackers))
         hyps = [t.text for t in translations]
         report = evaluate(
             {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)

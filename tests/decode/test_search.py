@@ -1,4 +1,5 @@
-"""Search invariants: beam 1 = greedy, batch independence, honest scores, exact small searches."""
+"""Search invariants: beam 1 = greedy, batch independence (sentences joining a search under way
+included), honest scores, an exact early stop, exact small searches."""
 
 import itertools
 from dataclasses import dataclass
@@ -8,8 +9,8 @@ import torch
 
 from nmt.config import DecodeConfig, config_from_dict
 from nmt.decode.ensemble import Ensemble
-from nmt.decode.ranking import coverage_penalty, length_penalty
-from nmt.decode.search import beam_search, greedy_search
+from nmt.decode.ranking import Source, coverage_penalty, length_penalty
+from nmt.decode.search import search
 from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
 from nmt.vocab import BOS, EOS, PAD, UNK
@@ -51,6 +52,32 @@ def sources(seed: int = 0):
     return src, lengths, [12, 6, 12, 4]
 
 
+def decode(model, src, src_len, max_lens, cfg, nbest=1, batch=64, attention=True):
+    """The n-best lists of the sentences of `src`, in order, at most `batch` sentences a step."""
+    items = [Source(i, src[i, : int(src_len[i])].tolist(), m) for i, m in enumerate(max_lens)]
+    fits = lambda sentences, longest: sentences <= batch  # noqa: E731
+    results = dict(search(model, items, cfg, fits, torch.device("cpu"), nbest, attention))
+    return [results[i] for i in range(len(items))]
+
+
+def greedy_search(model, src, src_len, max_lens, cfg, batch=64):
+    return [h for (h,) in decode(model, src, src_len, max_lens, cfg, batch=batch)]
+
+
+def beam_search(model, src, src_len, max_lens, cfg, nbest=1, batch=64):
+    return decode(model, src, src_len, max_lens, cfg, nbest, batch)
+
+
+def many_sources(seed: int = 0, count: int = 9):
+    """More sentences than the batch holds, of mixed lengths, so that some join mid-search."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (count,), generator=g)
+    src = torch.randint(4, V, (count, 8), generator=g)
+    src[torch.arange(8)[None, :] >= lengths[:, None]] = PAD
+    src[torch.arange(count), lengths - 1] = EOS
+    return src, lengths, [int(n) + 6 for n in lengths]
+
+
 @torch.no_grad()
 def teacher_forced_log_prob(model, src, src_len, tokens) -> float:
     tgt_in = torch.tensor([[BOS, *tokens[:-1]]])
@@ -85,6 +112,64 @@ def test_translation_does_not_depend_on_the_batch(style, beam):
         torch.testing.assert_close(alone[0][0].attention, batched[i][0].attention[:, :n])
 
 
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("beam", [1, 3])
+def test_sentences_joining_a_search_under_way_decode_as_alone(style, beam):
+    # Continuous batching: with room for 2 sentences, 7 more join as others finish, at other
+    # target positions and with longer sources (the pool's memory is re-padded).
+    model = make_model(STYLES[style], dtype=torch.float64)
+    src, src_len, max_lens = many_sources()
+    cfg = DecodeConfig(beam=beam, alpha=0.6)
+    pooled = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=2)
+    alone = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=1)
+    for p, a in zip(pooled, alone, strict=True):
+        assert [h.tokens for h in p] == [h.tokens for h in a]
+        assert [h.score for h in p] == pytest.approx([h.score for h in a], abs=1e-9)
+        torch.testing.assert_close(p[0].attention, a[0].attention)
+
+
+class CountingModel:
+    """A StepModel that counts decoder row-steps."""
+
+    def __init__(self, model):
+        self.model, self.rows = model, 0
+
+    def encode(self, src, src_len):
+        return self.model.encode(src, src_len)
+
+    def step(self, y, state, mem, positions):
+        self.rows += len(y)
+        return self.model.step(y, state, mem, positions)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("penalty", ["raw", "gnmt"])
+def test_the_best_only_search_stops_early_and_finds_the_same_best(style, penalty):
+    # nbest 1 stops a sentence once its best finished hypothesis beats every live bound; waiting
+    # for K finished ones (what an n-best list of K needs) must not find a better one.
+    model = CountingModel(make_model(STYLES[style], dtype=torch.float64))
+    src, src_len, max_lens = many_sources(seed=3)
+    cfg = PENALTIES[penalty]
+    best_only = beam_search(model, src, src_len, max_lens, cfg, nbest=1)
+    early = model.rows
+    full = beam_search(model, src, src_len, max_lens, cfg, nbest=cfg.beam)
+    assert [b[0].tokens for b in best_only] == [f[0].tokens for f in full]
+    assert [b[0].score for b in best_only] == [f[0].score for f in full]
+    assert early < model.rows - early  # fewer decoder row-steps
+
+
+def test_attention_is_kept_only_when_asked():
+    model = make_model(STYLES["luong"])
+    src, src_len, max_lens = sources()
+    for cfg in (DecodeConfig(), DecodeConfig(beam=3)):
+        bare = decode(model, src, src_len, max_lens, cfg, attention=False)
+        kept = decode(model, src, src_len, max_lens, cfg)
+        assert all(h.attention is None for hyps in bare for h in hyps)
+        assert [h.tokens for hyps in bare for h in hyps] == [h.tokens for hyps in kept for h in hyps]
+    covered = decode(model, src, src_len, max_lens, DecodeConfig(beam=3, coverage=0.2), attention=False)
+    assert all(h.attention is not None for hyps in covered for h in hyps)  # the penalty needs it
+
+
 @torch.no_grad()
 def teacher_forced_attention(model, src, src_len, tokens):
     _, weights = model(src, src_len, torch.tensor([[BOS, *tokens[:-1]]]))
@@ -115,7 +200,7 @@ def test_scores_are_the_models_log_probabilities(style, penalty):
             ended += h.tokens[-1] == EOS
             assert h.tokens[-1] == EOS or len(h.tokens) == max_lens[i]
             assert EOS not in h.tokens[:-1]
-            assert h.attention.shape == (len(h.tokens), src.size(1))
+            assert h.attention.shape == (len(h.tokens), n)
             one_src, one_len = src[i : i + 1, :n], src_len[i : i + 1]
             expected = teacher_forced_log_prob(model, one_src, one_len, h.tokens)
             assert h.log_prob == pytest.approx(expected, abs=1e-6)
@@ -131,8 +216,9 @@ def test_beams_sharing_one_memory_score_like_teacher_forcing(attention):
     # The K beams of a sentence read one copy of its memory (as K query positions, or repeated
     # for local-m); every hypothesis must still score and attend as the model does alone.
     model = make_model({"style": "luong", "input_feeding": True}, dtype=torch.float64, attention=attention)
-    src, src_len, max_lens = sources()
-    for i, hyps in enumerate(beam_search(model, src, src_len, max_lens, PENALTIES["gnmt"], nbest=3)):
+    src, src_len, max_lens = many_sources()
+    results = beam_search(model, src, src_len, max_lens, PENALTIES["gnmt"], nbest=3, batch=3)
+    for i, hyps in enumerate(results):
         n = int(src_len[i])
         one_src, one_len = src[i : i + 1, :n], src_len[i : i + 1]
         for h in hyps:
@@ -168,7 +254,7 @@ def test_an_ensemble_of_one_model_twice_decodes_like_the_model():
     src, src_len, max_lens = sources()
     cfg = DecodeConfig(beam=3, alpha=0.6)
     alone = beam_search(model, src, src_len, max_lens, cfg)
-    pair = beam_search(Ensemble([model, model]), src, src_len, max_lens, cfg)
+    pair = beam_search(Ensemble([model, model]), src, src_len, max_lens, cfg, batch=2)
     assert [h[0].tokens for h in alone] == [h[0].tokens for h in pair]
     for a, p in zip(alone, pair, strict=True):
         assert a[0].score == pytest.approx(p[0].score, abs=1e-5)
@@ -201,12 +287,18 @@ class FakeState:
     def select(self, index):
         return FakeState(self.h[index])
 
+    def join(self, other):
+        return FakeState(torch.cat([self.h, other.h]))
+
 
 class FakeMemory:
     def select(self, index):
         return self
 
     def share(self, beams):
+        return self
+
+    def join(self, other):
         return self
 
 

@@ -1,0 +1,48 @@
+"""int8 dynamic quantisation of the decoder for CPU decoding (`nmt translate --quantize int8`).
+
+The decoder step's matrix products dominate decoding: the output layer (hidden x vocabulary),
+W_c (or Bahdanau's W_o) and the LSTM. Their weights become int8 with one scale per tensor, and
+activations are quantised on the fly (fbgemm); the encoder and the attention stay fp32. This
+changes the outputs slightly (docs/performance.md has its BLEU and speed), so it is an option,
+never a default. OpenNMT-py offers the same for its RNNs.
+
+It uses torch's eager dynamic quantisation (`torch.ao`), which torch marks deprecated in favour
+of torchao; torchao has no int8 LSTM for CPU, so its warnings are silenced here.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from nmt.errors import NMTError
+from nmt.model.seq2seq import Seq2Seq
+
+QUANTIZE = ("none", "int8")
+
+
+def quantize_int8(model: Seq2Seq, device: torch.device) -> Seq2Seq:
+    """`model` with its decoder's LSTM, output layer and W_c / W_o in int8, in place."""
+    if device.type != "cpu":
+        raise NMTError(f"--quantize int8 is for CPU decoding; this model runs on {device}: add --device cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        _quantize(model.decoder)
+    return model
+
+
+def _quantize(decoder: nn.Module) -> None:
+    import torch.ao.nn.quantized.dynamic as nnqd
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    names = [name for name in ("rnn", "W_c", "W_o") if hasattr(decoder, name)]
+    quantize_dynamic(decoder, {name: default_dynamic_qconfig for name in names}, inplace=True)
+    out = decoder.output_layer
+    plain = nn.Linear(out.in_features, out.out_features)  # the output layer without its dropout
+    plain.weight, plain.bias = out.weight, out.bias
+    plain.qconfig = default_dynamic_qconfig
+    decoder.output_layer = nnqd.Linear.from_float(plain)
+    decoder.quantized = True
