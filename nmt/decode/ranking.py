@@ -22,7 +22,7 @@ class Source:
     """One sentence to translate: the caller's key for it, its ids (ending in EOS) and the cap
     on its output length (EOS included)."""
 
-    key: int
+    key: Any  # returned with the hypotheses: the line number, or a server's (job, sentence)
     ids: list[int]
     max_len: int
 

@@ -42,22 +42,35 @@ class StepModel(Protocol):
 
 class Feed:
     """The sources waiting to join the pool, taken in groups that keep the pool within its limit:
-    `fits(sentences, longest source)` says whether a pool of that shape may be decoded at once."""
+    `fits(sentences, longest source)` says whether a pool of that shape may be decoded at once.
 
-    def __init__(self, sources: Iterable[Source], fits: Callable[[int, int], bool]):
+    `sources` may also yield None, meaning "none ready yet, ask again next step" (a server's
+    queue while the pool is busy); the search ends when it is exhausted and the pool is empty.
+    """
+
+    def __init__(self, sources: Iterable[Source | None], fits: Callable[[int, int], bool]):
         self._sources, self.fits = iter(sources), fits
-        self.next = next(self._sources, None)
+        self._next: Source | None = None
+        self.exhausted = False
+
+    def peek(self) -> Source | None:
+        if self._next is None and not self.exhausted:
+            try:
+                self._next = next(self._sources)
+            except StopIteration:
+                self.exhausted = True
+        return self._next
 
     def take(self, count: int, longest: int) -> list[Source]:
-        """The next sources that fit beside `count` sentences whose longest source is `longest`
-        (an empty pool always admits one, however long)."""
+        """The next ready sources that fit beside `count` sentences whose longest source is
+        `longest` (an empty pool always admits one, however long)."""
         group: list[Source] = []
-        while self.next is not None:
-            longer = max(longest, len(self.next.ids))
+        while (source := self.peek()) is not None:
+            longer = max(longest, len(source.ids))
             if (count or group) and not self.fits(count + len(group) + 1, longer):
                 break
-            group.append(self.next)
-            longest, self.next = longer, next(self._sources, None)
+            group.append(source)
+            longest, self._next = longer, None
         return group
 
 
@@ -76,7 +89,7 @@ def step_log_probs(model: StepModel, y: Tensor, state, mem, positions: Tensor, h
 
 def search(
     model: StepModel,
-    sources: Iterable[Source],
+    sources: Iterable[Source | None],
     cfg: DecodeConfig,
     fits: Callable[[int, int], bool],
     device: torch.device,
@@ -105,12 +118,16 @@ class Pool:
         refill_at = 0
         with torch.no_grad():
             while True:
-                if len(self.sentences) <= refill_at and feed.next is not None:
+                if len(self.sentences) <= refill_at and not feed.exhausted:
                     longest = max((len(s.ids) for s in self.sentences), default=0)
-                    self.join(feed.take(len(self.sentences), longest))
-                    refill_at = refill_level(len(self.sentences))
+                    group = feed.take(len(self.sentences), longest)
+                    if group:
+                        self.join(group)
+                        refill_at = refill_level(len(self.sentences))
                 if not self.sentences:
-                    return
+                    if feed.exhausted:
+                        return
+                    continue  # a live feed: its iterator blocks while it has nothing in flight
                 yield from self.step()
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:

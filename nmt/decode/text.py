@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
@@ -145,14 +146,7 @@ class TextTranslator:
 
         next_out = 0
         for i, hyps in self._decode_stream(windows(), nbest, attention):
-            row, truncated = sources.pop(i)
-            done[i] = Translation(
-                src_pieces=self.tok.src.id_to_piece(row),
-                tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
-                hypotheses=hyps,
-                texts=[self.tok.tgt.decode(h.tokens) for h in hyps],
-                truncated=truncated,
-            )
+            done[i] = self.translation(*sources.pop(i), hyps)
             if progress:
                 progress(1)
             while next_out in done:
@@ -161,6 +155,16 @@ class TextTranslator:
         while next_out in done:  # trailing empty lines
             yield done.pop(next_out)
             next_out += 1
+
+    def translation(self, ids: list[int], truncated: bool, hyps: list[Hypothesis]) -> Translation:
+        """The text-level result for source `ids` and its n-best hypotheses."""
+        return Translation(
+            src_pieces=self.tok.src.id_to_piece(ids),
+            tgt_pieces=self.tok.tgt.id_to_piece(hyps[0].tokens),
+            hypotheses=hyps,
+            texts=[self.tok.tgt.decode(h.tokens) for h in hyps],
+            truncated=truncated,
+        )
 
     def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
         """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the
@@ -190,7 +194,7 @@ class TextTranslator:
 
     def _decode_stream(
         self, sources: Iterator[Source], nbest: int, attention: bool
-    ) -> Iterator[tuple[int, list[Hypothesis]]]:
+    ) -> Iterator[tuple[Any, list[Hypothesis]]]:
         """(key, n-best hypotheses) for every source, in any order. This default decodes
         consecutive sources in batches through `_decode`; an engine with continuous batching
         replaces it."""

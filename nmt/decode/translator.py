@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -124,9 +125,10 @@ class Translator(TextTranslator):
         return out  # type: ignore[return-value]
 
     def _decode_stream(
-        self, sources: Iterator[Source], nbest: int, attention: bool
-    ) -> Iterator[tuple[int, list[Hypothesis]]]:
-        """Continuous batching (`nmt.decode.search`): the pool refills from `sources`."""
+        self, sources: Iterator[Source | None], nbest: int, attention: bool
+    ) -> Iterator[tuple[Any, list[Hypothesis]]]:
+        """Continuous batching (`nmt.decode.search`): the pool refills from `sources`, which may
+        be live (None: nothing ready yet)."""
         return search(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 
 

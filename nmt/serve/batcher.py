@@ -1,10 +1,13 @@
-"""Dynamic batching: requests from many clients, decoded together on one worker thread.
+"""Continuous batching across requests: sentences from many clients decoded together, on one
+worker thread.
 
-The event loop only queues a job and awaits its future; the worker takes the queued jobs, groups
-those with the same decode settings (a batch has one beam and one length cap), decodes each
-group as one list of sentences and hands every job exactly its own slice of the results.
-Waiting up to `max_wait_ms` for company trades a little latency for larger batches; while the
-worker is busy, jobs pile up on their own and the next batch takes them at once.
+The event loop only queues a job and awaits its future. The worker runs one decoding pool
+(`nmt.decode.search`) at a time for one set of decode settings (a pool has one beam and one
+length cap): the jobs with those settings join it sentence by sentence as rows free up, while
+it decodes, so a request never waits for a whole batch to finish, and every job gets exactly its
+own results once its last sentence is done. When the oldest waiting job has other settings, the
+pool takes no more jobs, finishes what it holds, and the next pool starts with that job. An idle
+worker waits up to `max_wait_ms` for company before it starts a pool.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from nmt.decode.ranking import Source
 from nmt.decode.translator import Translation, Translator
 from nmt.errors import NMTError
 
@@ -40,38 +44,29 @@ class Job:
     sentences: list[str]
     deliver: Callable[[list[Translation] | BaseException], None]  # called once, from the worker
     abandoned: bool = False  # the client gave up (timeout): skip it if not decoded yet
+    results: list[Translation | None] = field(default_factory=list)  # filled by the worker
+    left: int = 0  # sentences still being decoded
 
 
 class QueueFullError(Exception):
     """More requests are waiting than the queue holds; the client should retry later."""
 
 
-def take_batch(pending: deque[Job], max_batch: int) -> list[Job]:
-    """Remove and return the oldest job and the later jobs with its settings, in arrival order,
-    while they fit in `max_batch` sentences (the first job always goes, whatever its size)."""
-    first = pending.popleft()
-    batch, size, rest = [first], len(first.sentences), deque()
-    while pending:
-        job = pending.popleft()
-        if job.settings == first.settings and size + len(job.sentences) <= max_batch:
-            batch.append(job)
-            size += len(job.sentences)
-        else:
-            rest.append(job)
-    pending.extend(rest)
-    return batch
+STOP = object()  # the queue's stop sign
 
 
 @dataclass
 class Batcher:
     translators: dict[str, Translator]
-    max_batch: int = 32  # sentences gathered into one decode
+    max_batch: int = 32  # sentences decoded at once (the pool's width)
     max_wait_ms: float = 2.0  # how long an idle worker waits for more requests
     queue_size: int = 256  # requests waiting; beyond it `submit` raises QueueFullError
     _queue: queue.Queue = field(default_factory=queue.Queue, init=False)
     _waiting: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _pending: deque = field(default_factory=deque, init=False)  # worker only: jobs not yet admitted
+    _stopping: bool = field(default=False, init=False)  # worker only: the stop sign has arrived
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="nmt-decode", daemon=True)
@@ -80,7 +75,7 @@ class Batcher:
     def close(self) -> None:
         """Decode everything already queued, then stop the worker."""
         if self._thread:
-            self._queue.put(None)
+            self._queue.put(STOP)
             self._thread.join()
             self._thread = None
 
@@ -110,54 +105,89 @@ class Batcher:
         return job, future
 
     def _run(self) -> None:
-        pending: deque[Job] = deque()
-        stopping = False
-        while not stopping or pending:
-            if not pending:
+        while True:
+            if not self._pending:
+                if self._stopping:
+                    return
+                self._receive(block=True)
+                continue
+            self._decode_pool(self._pending[0].settings)
+
+    def _receive(self, block: bool) -> None:
+        """Move queued jobs to `_pending`: without waiting, or (idle) waiting for the first one
+        and then up to `max_wait_ms` for company, until `max_batch` sentences."""
+        deadline = None
+        while True:
+            if block and deadline is None:
                 item = self._queue.get()
-                if item is None:
-                    break
-                pending.append(item)
-            stopping = self._gather(pending) or stopping
-            while pending:
-                self._decode(take_batch(pending, self.max_batch))
+                deadline = time.monotonic() + self.max_wait_ms / 1000
+            else:
+                timeout = 0.0 if deadline is None else deadline - time.monotonic()
+                if deadline is not None and sum(len(j.sentences) for j in self._pending) >= self.max_batch:
+                    return
+                try:
+                    item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    return
+            if item is STOP:
+                self._stopping = True
+                return
+            self._pending.append(item)
 
-    def _gather(self, pending: deque[Job]) -> bool:
-        """Add queued jobs until `max_batch` sentences or `max_wait_ms`; True on the stop sign."""
-        deadline = time.monotonic() + self.max_wait_ms / 1000
-        while sum(len(job.sentences) for job in pending) < self.max_batch:
-            try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                return False
-            if item is None:
-                return True
-            pending.append(item)
-        return False
-
-    def _decode(self, jobs: list[Job]) -> None:
+    def _admit(self, job: Job) -> None:
+        self._pending.remove(job)
         with self._lock:
-            self._waiting -= len(jobs)
-        jobs = [job for job in jobs if not job.abandoned]
-        if not jobs:
-            return
-        s = jobs[0].settings
-        sentences = [line for job in jobs for line in job.sentences]
+            self._waiting -= 1
+
+    def _decode_pool(self, settings: Settings) -> None:
+        """Decode the jobs with `settings` as one pool, admitting them as they come."""
+        translator = self.translators[settings.model].configured(
+            beam=settings.beam, max_len=settings.max_len, batch_size=self.max_batch, batch_type="sentences"
+        )
+        admitted: list[Job] = []  # admitted and not yet answered
+        encoded: dict[tuple[Job, int], tuple[list[int], bool]] = {}
+
+        def sources() -> Iterator[Source | None]:
+            while True:
+                busy = any(job.left for job in admitted)
+                self._receive(block=not busy and not self._pending and not self._stopping)
+                ahead = self._pending[0] if self._pending else None
+                if ahead is None and busy:
+                    yield None  # nothing new: decode on, ask again next step
+                elif ahead is None or ahead.settings != settings:
+                    return  # stopping, or another settings' turn: the pool finishes what it has
+                else:
+                    self._admit(ahead)
+                    if not ahead.abandoned:
+                        yield from self._job_sources(ahead, translator, admitted, encoded)
+
         try:
-            translator = self.translators[s.model]
-            if s.beam != translator.cfg.beam or s.max_len is not None:
-                translator = translator.configured(beam=s.beam, max_len=s.max_len)
-            results = translator.translate(sentences, s.nbest)
-        except NMTError as e:
-            for job in jobs:
+            for (job, i), hyps in translator._decode_stream(sources(), settings.nbest, attention=True):
+                job.results[i] = translator.translation(*encoded.pop((job, i)), hyps)
+                job.left -= 1
+                if not job.left:
+                    admitted.remove(job)
+                    job.deliver(job.results)
+        except Exception as e:  # every client in the pool gets an answer, and the worker goes on
+            if not isinstance(e, NMTError):  # a bug, not the client's fault: log it, answer 500
+                log.exception("decoding failed")
+            for job in admitted:
                 job.deliver(e)
-            return
-        except Exception as e:  # a bug, not the client's fault: log it, answer 500, keep serving
-            log.exception("decoding failed")
-            for job in jobs:
-                job.deliver(e)
-            return
-        start = 0
-        for job in jobs:
-            job.deliver(results[start : start + len(job.sentences)])
-            start += len(job.sentences)
+
+    @staticmethod
+    def _job_sources(
+        job: Job, translator: Translator, admitted: list[Job], encoded: dict
+    ) -> Iterator[Source]:
+        """The job's sentences as sources of the pool; empty ones are answered at once."""
+        admitted.append(job)
+        ids, truncated = translator.encode_sources(job.sentences)
+        lines = [i for i, line in enumerate(job.sentences) if line.strip()]
+        job.results = [None if line.strip() else Translation([], [], [], [""]) for line in job.sentences]
+        for i in lines:
+            encoded[(job, i)] = (ids[i], i in truncated)
+        job.left = len(lines)
+        if not lines:
+            admitted.remove(job)
+            job.deliver(job.results)
+        for i in lines:
+            yield Source((job, i), ids[i], translator.max_len(len(ids[i])))

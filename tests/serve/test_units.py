@@ -1,43 +1,12 @@
-"""The server's pure parts: which jobs share a batch, and how a request body is checked."""
+"""The server's pure parts: how a request body is checked, and how models are named."""
 
 import json
-from collections import deque
 
 import pytest
 
-from nmt.serve.batcher import Job, Settings, take_batch
+from nmt.serve.batcher import Settings
 from nmt.serve.requests import Limits, RequestError, parse_translate
 from nmt.serve.server import model_names
-
-GREEDY, BEAM = Settings("m", 1, 1, None), Settings("m", 5, 1, None)
-
-
-def job(settings, n):
-    return Job(settings, ["s"] * n, lambda result: None)
-
-
-def test_a_batch_takes_the_jobs_with_the_first_jobs_settings_in_order():
-    a, b, c, d = job(GREEDY, 2), job(BEAM, 1), job(GREEDY, 3), job(GREEDY, 1)
-    pending = deque([a, b, c, d])
-    assert take_batch(pending, max_batch=32) == [a, c, d]
-    assert list(pending) == [b]
-
-
-def test_a_batch_stops_at_max_batch_sentences_but_always_takes_the_first_job():
-    a, b, c = job(GREEDY, 40), job(GREEDY, 1), job(GREEDY, 1)
-    pending = deque([a, b, c])
-    assert take_batch(pending, max_batch=32) == [a]
-    assert take_batch(pending, max_batch=32) == [b, c]
-    assert not pending
-
-
-def test_settings_that_differ_in_length_cap_or_model_do_not_mix():
-    a, b, c = job(GREEDY, 1), job(Settings("m", 1, 1, 10), 1), job(Settings("other", 1, 1, None), 1)
-    pending = deque([a, b, c])
-    assert (
-        take_batch(pending, 32) == [a] and take_batch(pending, 32) == [b] and take_batch(pending, 32) == [c]
-    )
-
 
 DEFAULT_BEAMS = {"first": 4, "second": 1}
 LIMITS = Limits(max_sentences=3, max_chars=10)

@@ -1,0 +1,62 @@
+"""The batcher in process, with a real model: jobs of many clients and settings share pools that
+admit them as they come, and each job gets exactly its own translations."""
+
+import asyncio
+
+import pytest
+
+from nmt import Translator
+from nmt.serve.batcher import Batcher, Settings
+from tests.test_end_to_end import train_toy
+
+
+@pytest.fixture(scope="module")
+def translator(toy_dir, tmp_path_factory):
+    run = train_toy(
+        toy_dir, tmp_path_factory.mktemp("batcher") / "run", "train.max_steps=30", "data.max_len=12"
+    )
+    return Translator.load(run, device="cpu")
+
+
+@pytest.fixture()
+def lines(toy_dir):
+    return (toy_dir / "test.human").read_text().splitlines()[:40]
+
+
+async def submit_all(batcher: Batcher, jobs: list[tuple[Settings, list[str]]], stagger: float):
+    """Submit every job (one every `stagger` seconds, so later ones join a pool under way)."""
+    futures = []
+    for settings, sentences in jobs:
+        futures.append(batcher.submit(settings, sentences)[1])
+        await asyncio.sleep(stagger)
+    return await asyncio.gather(*futures)
+
+
+@pytest.mark.parametrize("stagger", [0.0, 0.005])
+def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger):
+    greedy, beam = Settings("toy", 1, 1, None), Settings("toy", 3, 2, None)
+    jobs = [(greedy if i % 3 else beam, lines[i : i + 1 + i % 4]) for i in range(0, 36, 2)]
+    jobs.append((greedy, ["", lines[0], ""]))  # empty lines are answered in place
+    jobs.append((greedy, lines))  # wider than the pool: its sentences join as rows free up
+    batcher = Batcher({"toy": translator}, max_batch=8, max_wait_ms=1)
+    batcher.start()
+    try:
+        answers = asyncio.run(submit_all(batcher, jobs, stagger))
+    finally:
+        batcher.close()
+    for (settings, sentences), answer in zip(jobs, answers, strict=True):
+        alone = translator.translate(sentences, settings.nbest, beam=settings.beam)
+        assert [t.texts for t in answer] == [t.texts for t in alone]
+    assert batcher.waiting == 0
+
+
+def test_close_answers_what_is_queued(translator, lines):
+    batcher = Batcher({"toy": translator}, max_batch=4)
+    batcher.start()
+
+    async def main():
+        futures = [batcher.submit(Settings("toy", 1, 1, None), [line])[1] for line in lines[:10]]
+        await asyncio.to_thread(batcher.close)
+        return await asyncio.gather(*futures)
+
+    assert [t[0].text for t in asyncio.run(main())] == [t.text for t in translator.translate(lines[:10])]
