@@ -266,8 +266,14 @@ def bench_model() -> Path:
     return path
 
 
-def run_decode_case(name: str, model: Path, limit: int) -> dict:
-    """Sentences/s of the decoding loop on the test split (checkpoint load and tokenising excluded)."""
+# OpenNMT-py 3.5's decoding defaults, for loops compared on equal terms (scripts/peers.py)
+PEER_TERMS = {"alpha": 0.0, "length_penalty": "none", "max_len": 250, "max_len_ratio": 1.25, "max_len_add": 4}
+
+
+def run_decode_case(
+    name: str, model: Path, limit: int, source: Path | None = None, peer_terms: bool = False
+) -> dict:
+    """Sentences/s of the decoding loop on the test split or `source` (checkpoint load excluded)."""
     import torch
 
     from nmt.decode.translator import load_translator
@@ -275,11 +281,10 @@ def run_decode_case(name: str, model: Path, limit: int) -> dict:
 
     beam, batch, quantize = DECODE_CASES[name]
     directory, toy = data_dir()
-    source = directory / ("test.human" if toy else "test_2016_flickr.de")
+    source = source or directory / ("test.human" if toy else "test_2016_flickr.de")
     lines = read_lines(source)[:limit]
-    translator = load_translator(
-        [model], {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}, "cpu", quantize
-    )
+    settings = {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}
+    translator = load_translator([model], settings | (PEER_TERMS if peer_terms else {}), "cpu", quantize)
     translator.translate(lines[:8], attention=False)  # warm-up
     start = time.perf_counter()
     out = translator.translate(lines, attention=False)  # as `nmt translate` without attention outputs
@@ -349,6 +354,10 @@ def main() -> None:
     parser.add_argument(
         "--sentences", type=int, default=1000, help="decode cases: test sentences to translate"
     )
+    parser.add_argument("--source", type=Path, help="decode cases: translate this file instead")
+    parser.add_argument(
+        "--peer-terms", action="store_true", help="decode cases: OpenNMT-py's length cap and ranking"
+    )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
@@ -362,7 +371,9 @@ def main() -> None:
         print(json.dumps(run_memory_case(args.model or bench_model(), args.lines, args.beam)))
         return
     if args.case in DECODE_CASES:
-        result = run_decode_case(args.case, args.model or bench_model(), args.sentences)
+        result = run_decode_case(
+            args.case, args.model or bench_model(), args.sentences, args.source, args.peer_terms
+        )
         print(json.dumps(result) if args.json else result)
         return
     if args.case:

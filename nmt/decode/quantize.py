@@ -35,14 +35,21 @@ def quantize_int8(model: Seq2Seq, device: torch.device) -> Seq2Seq:
 
 
 def _quantize(decoder: nn.Module) -> None:
-    import torch.ao.nn.quantized.dynamic as nnqd
     from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 
-    names = [name for name in ("rnn", "W_c", "W_o") if hasattr(decoder, name)]
-    quantize_dynamic(decoder, {name: default_dynamic_qconfig for name in names}, inplace=True)
-    out = decoder.output_layer
-    plain = nn.Linear(out.in_features, out.out_features)  # the output layer without its dropout
-    plain.weight, plain.bias = out.weight, out.bias
-    plain.qconfig = default_dynamic_qconfig
-    decoder.output_layer = nnqd.Linear.from_float(plain)
+    quantize_dynamic(decoder, {"rnn": default_dynamic_qconfig}, inplace=True)
+    for name in ("W_c", "W_o", "output_layer"):
+        if hasattr(decoder, name):
+            setattr(decoder, name, _int8_linear(getattr(decoder, name)))
     decoder.quantized = True
+
+
+def _int8_linear(layer: nn.Linear) -> nn.Module:
+    """An int8 copy of `layer` (its dropout, if any, is for training only)."""
+    import torch.ao.nn.quantized.dynamic as nnqd
+    from torch.ao.quantization import default_dynamic_qconfig
+
+    plain = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+    plain.weight, plain.bias = layer.weight, layer.bias
+    plain.qconfig = default_dynamic_qconfig
+    return nnqd.Linear.from_float(plain)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import AttentionConfig
+from nmt.model.linear import Linear
 from nmt.registry import Registry
 
 
@@ -96,7 +97,7 @@ class GeneralAttention(Attention, name="general"):
 
     def __init__(self, query_dim, memory_dim, cfg):
         super().__init__(query_dim, memory_dim, cfg)
-        self.W_a = nn.Linear(memory_dim, query_dim, bias=False)
+        self.W_a = Linear(memory_dim, query_dim, bias=False)
 
     def prepare(self, memory, mask):
         return self.W_a(memory)  # (B, S, d)
@@ -118,9 +119,9 @@ class AdditiveAttention(Attention, name="bahdanau"):
         super().__init__(query_dim, memory_dim, cfg)
         dim = cfg.dim or query_dim
         bias = cfg.bias if self.use_bias is None else self.use_bias
-        self.W_a = nn.Linear(query_dim, dim, bias=bias)
-        self.U_a = nn.Linear(memory_dim, dim, bias=False)
-        self.v_a = nn.Linear(dim, 1, bias=False)
+        self.W_a = Linear(query_dim, dim, bias=bias)
+        self.U_a = Linear(memory_dim, dim, bias=False)
+        self.v_a = Linear(dim, 1, bias=False)
 
     def prepare(self, memory, mask):
         return self.U_a(memory)  # (B, S, A)
@@ -182,8 +183,8 @@ class LocalPredictiveAttention(LocalAttention, name="local_p"):
 
     def __init__(self, query_dim, memory_dim, cfg):
         super().__init__(query_dim, memory_dim, cfg)
-        self.W_p = nn.Linear(query_dim, query_dim, bias=False)
-        self.v_p = nn.Linear(query_dim, 1, bias=False)
+        self.W_p = Linear(query_dim, query_dim, bias=False)
+        self.v_p = Linear(query_dim, 1, bias=False)
 
     def centre(self, query, src_len, positions):
         gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)  # (B, T)
@@ -204,9 +205,9 @@ class MultiHeadAttention(Attention, name="multihead"):
     def __init__(self, query_dim, memory_dim, cfg):
         super().__init__(query_dim, memory_dim, cfg)
         self.heads = cfg.heads
-        self.W_q = nn.Linear(query_dim, memory_dim, bias=False)
-        self.W_kv = nn.Linear(memory_dim, 2 * memory_dim, bias=False)
-        self.W_o = nn.Linear(memory_dim, memory_dim, bias=False)
+        self.W_q = Linear(query_dim, memory_dim, bias=False)
+        self.W_kv = Linear(memory_dim, 2 * memory_dim, bias=False)
+        self.W_o = Linear(memory_dim, memory_dim, bias=False)
 
     def prepare(self, memory, mask):
         return self.W_kv(memory)  # (B, S, 2M): keys and values side by side

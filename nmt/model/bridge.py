@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nmt.model.linear import Linear
 from nmt.registry import Registry
 
 
@@ -43,8 +44,8 @@ class LinearBridge(Bridge, name="linear"):
 
     def __init__(self, enc_hidden, dec_hidden, dec_layers):
         super().__init__(enc_hidden, dec_hidden, dec_layers)
-        self.W_h = nn.Linear(2 * enc_hidden, dec_layers * dec_hidden)
-        self.W_c = nn.Linear(2 * enc_hidden, dec_layers * dec_hidden)
+        self.W_h = Linear(2 * enc_hidden, dec_layers * dec_hidden)
+        self.W_c = Linear(2 * enc_hidden, dec_layers * dec_hidden)
 
     def forward(self, h, c):
         top_h, top_c = h[-1].transpose(0, 1).flatten(1), c[-1].transpose(0, 1).flatten(1)  # (B, 2H)
@@ -57,7 +58,7 @@ class BackwardBridge(Bridge, name="backward"):
 
     def __init__(self, enc_hidden, dec_hidden, dec_layers):
         super().__init__(enc_hidden, dec_hidden, dec_layers)
-        self.W_s = nn.Linear(enc_hidden, dec_layers * dec_hidden)
+        self.W_s = Linear(enc_hidden, dec_layers * dec_hidden)
 
     def forward(self, h, c):
         return self._project(self.W_s, h[-1, 1]), self._zeros(c)

@@ -22,20 +22,20 @@ from torch import Tensor, nn
 
 from nmt.config import ModelConfig
 from nmt.model.attention import Attention
+from nmt.model.linear import Linear, linear
 from nmt.model.output import OutputLayer
 from nmt.registry import Registry
 from nmt.vocab import PAD
-
-FUSED_CELL_MAX_ROWS = 64  # measured: the fused cell wins at 64 rows (greedy), nn.LSTM at 320 (beam 5)
 
 
 def lstm_cell(
     x: Tensor, state: tuple[Tensor, Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor
 ) -> tuple[Tensor, Tensor]:
     """torch.lstm_cell written out in matrix products (gates in PyTorch's order i, f, g, o): the
-    same maths, in operations every ONNX exporter and runtime has."""
+    same maths, in operations every ONNX exporter and runtime has, and its products on oneDNN
+    (`nmt.model.linear`)."""
     h, c = state
-    i, f, g, o = (x @ w_ih.t() + b_ih + h @ w_hh.t() + b_hh).chunk(4, dim=-1)
+    i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, dim=-1)
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c), c
 
@@ -116,26 +116,24 @@ class Decoder(Registry, nn.Module):
     def rnn_input_size(self, cfg: ModelConfig, memory_dim: int) -> int:
         raise NotImplementedError
 
-    unrolled_cell = False  # True: single steps always use `lstm_cell` (ONNX export, nmt/ship/export.py)
-    quantized = False  # True: `rnn` is an int8 LSTM (nmt/decode/quantize.py), which has no fused cell
+    quantized = False  # True: `rnn` is an int8 LSTM (nmt/decode/quantize.py), without plain weights
 
     def run_rnn(self, x: Tensor, state: DecoderState) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """The LSTM over x (B, k, I) from state -> outputs (B, k, D) and the new (h, c).
 
-        A single step of a few rows (decoding one sentence) goes through the fused LSTM cell
-        with the same weights: one nn.LSTM call costs ~1 ms there whatever the size, the cell
-        0.15 ms. From ~8 rows on nn.LSTM is faster (docs/performance.md). `unrolled_cell` takes
-        the cell in plain matrix products for every row count, which exports to ONNX.
+        A single step (every decoding step; training with input feeding or Bahdanau's order)
+        goes through `lstm_cell` with the LSTM's own weights: its products on oneDNN beat one
+        nn.LSTM call at every row count measured, 1 to 320 rows, 1 and 2 threads, in decoding
+        and in training (docs/performance.md §9); it is also what exports to ONNX.
         """
-        if x.size(1) > 1 or self.quantized or (x.size(0) > FUSED_CELL_MAX_ROWS and not self.unrolled_cell):
+        if x.size(1) > 1 or self.quantized:
             return self.rnn(x, (state.h, state.c))
-        cell = lstm_cell if self.unrolled_cell else torch.lstm_cell
         layer_input, hs, cs = x[:, 0], [], []
         for layer in range(self.layers):
             weights = [
                 getattr(self.rnn, f"{w}_l{layer}") for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
             ]
-            h, c = cell(layer_input, (state.h[layer], state.c[layer]), *weights)
+            h, c = lstm_cell(layer_input, (state.h[layer], state.c[layer]), *weights)
             hs.append(h)
             cs.append(c)
             # as nn.LSTM: dropout on every layer's output but the last, in training only
@@ -215,7 +213,7 @@ class LuongDecoder(Decoder, name="luong"):
         self.input_feeding = cfg.decoder.input_feeding
         super().__init__(vocab_size, memory_dim, cfg)
         self.parallel = not self.input_feeding
-        self.W_c = nn.Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
+        self.W_c = Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
         self.output_layer = OutputLayer(cfg.decoder.hidden, vocab_size, cfg.dropout)  # eq. 6: W_s h~_t
 
     def rnn_input_size(self, cfg, memory_dim):
@@ -242,7 +240,7 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
         super().__init__(vocab_size, memory_dim, cfg)
         self.maxout = cfg.decoder.output == "maxout"
         pre_output = cfg.embedding  # so the output layer can be tied to the target embedding
-        self.W_o = nn.Linear(
+        self.W_o = Linear(
             cfg.decoder.hidden + memory_dim + cfg.embedding, pre_output * (2 if self.maxout else 1)
         )
         self.output_layer = OutputLayer(pre_output, vocab_size, cfg.dropout)

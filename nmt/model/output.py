@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.model.linear import linear
+
 
 class OutputLayer(nn.Linear):
     """Dropout then W_s (Luong eq. 6; Bahdanau's final layer after the deep output)."""
@@ -20,7 +22,7 @@ class OutputLayer(nn.Linear):
 
     def forward(self, pre_output: Tensor) -> Tensor:
         """Pre-output vectors (..., P) -> logits (..., V)."""
-        return F.linear(F.dropout(pre_output, self.p, self.training), self.weight, self.bias)
+        return linear(F.dropout(pre_output, self.p, self.training), self.weight, self.bias)
 
     def loss(self, pre_output: Tensor, target: Tensor, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
         """Summed (label-smoothed) cross-entropy and summed NLL of `target` (N,) given the
@@ -42,7 +44,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float):
-        logits = F.linear(x, weight, bias)
+        logits = linear(x, weight, bias, prepack=False)  # a new weight every training step
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 softmax under AMP
         picked = logits.gather(1, target[:, None]).squeeze(1)
         mean = logits.mean(-1) if smoothing else None
@@ -66,7 +68,9 @@ class LinearCrossEntropy(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, grad_objective: Tensor, _grad_nll: Tensor):
         x, weight, grad = ctx.saved_tensors
-        grad_x = (grad @ weight.to(grad.dtype)).mul_(grad_objective).to(x.dtype)
-        grad_weight = (grad.t() @ x.to(grad.dtype)).mul_(grad_objective).to(weight.dtype)
+        grad_x = linear(grad, weight.to(grad.dtype).t(), prepack=False).mul_(grad_objective).to(x.dtype)
+        grad_weight = (
+            linear(grad.t(), x.to(grad.dtype).t(), prepack=False).mul_(grad_objective).to(weight.dtype)
+        )
         grad_bias = grad.sum(0).mul_(grad_objective).to(weight.dtype) if ctx.has_bias else None
         return grad_x, grad_weight, grad_bias, None, None

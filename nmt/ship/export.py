@@ -18,7 +18,6 @@ graphs do not reproduce it is refused.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import os
@@ -101,12 +100,6 @@ class ExportStep(nn.Module):
         state = DecoderState(h, c, feed if self.feeds else None)
         logits, state, weights = self.model.step(y, state, Memory(memory, mask, keys), positions)
         return torch.log_softmax(logits.float(), -1), state.h, state.c, _feed(state, y.size(0)), weights
-
-
-def export_friendly(model: Seq2Seq) -> Seq2Seq:
-    model = copy.deepcopy(model).float().eval()
-    model.decoder.unrolled_cell = True
-    return model
 
 
 def check_batch(vocab: int, rows: int = 3, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -270,7 +263,7 @@ def export(source: Path | str, output: Path) -> list[str]:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise NMTError(f"{output}: already exists and is not empty; choose a new --output directory")
     loaded = load_model(source)
-    model = export_friendly(loaded.model)
+    model = loaded.model.float().eval()
     vocab = len(loaded.tokenizers.src)
     what = f"{loaded.config.model.decoder.style} decoder with {loaded.config.model.attention.type} attention"
     try:

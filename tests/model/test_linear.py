@@ -1,0 +1,45 @@
+"""nmt.model.linear: F.linear's values and gradients, through oneDNN where it applies."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.model.linear import ONEDNN, Linear, linear
+
+pytestmark = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (3, 4, 7), (0, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_values_and_gradients_are_f_linear_s(shape, bias):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
+    w = torch.randn(9, 7, generator=g, requires_grad=True)
+    b = torch.randn(9, generator=g, requires_grad=True) if bias else None
+    out = linear(x, w, b)
+    expected = F.linear(x, w, b)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    grad = torch.randn(expected.shape, generator=g)
+    mine = torch.autograd.grad(out, [x, w] + ([b] if bias else []), grad, allow_unused=True)
+    theirs = torch.autograd.grad(expected, [x, w] + ([b] if bias else []), grad, allow_unused=True)
+    for a, e in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_prepacked_weight_follows_in_place_changes():
+    layer = Linear(6, 4)
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        before = layer(x)
+        layer.weight.mul_(2)  # an optimiser step changes the weight in place
+        after = layer(x)
+    torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(before, after)
+
+
+def test_non_contiguous_inputs_and_other_dtypes():
+    x = torch.randn(7, 5).t()  # (5, 7), transposed view
+    w = torch.randn(3, 7)
+    torch.testing.assert_close(linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    x64, w64 = x.double(), w.double()
+    assert torch.equal(linear(x64, w64), F.linear(x64, w64))  # float64: F.linear itself
