@@ -24,7 +24,7 @@ from nmt.errors import NMTError
 from nmt.vocab import EOS
 from nmt.words import merge_attention
 
-SORT_WINDOW = 10_000  # lines sorted by length together: wide enough for full batches, bounded
+SORT_WINDOW = 2_000  # lines sorted by length together: plenty for full batches, and a small reorder buffer
 
 
 @dataclass

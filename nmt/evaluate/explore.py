@@ -26,7 +26,14 @@ SCALE = 1000  # weights in thousandths
 
 
 def template() -> str:
-    return resources.files("nmt.evaluate").joinpath("explore.html").read_text(encoding="utf-8")
+    """The page, with the heatmap module it shares with `nmt serve`'s page inlined."""
+    page = resources.files("nmt.evaluate").joinpath("explore.html").read_text(encoding="utf-8")
+    return page.replace("/*NMT_HEATMAP*/", heatmap_js(), 1)
+
+
+def heatmap_js() -> str:
+    """`NMTHeatmap` (nmt/heatmap.js): the one attention heatmap of every page."""
+    return resources.files("nmt").joinpath("heatmap.js").read_text(encoding="utf-8")
 
 
 def _view(weights, src_pieces: list[str], tgt_pieces: list[str], pieces: bool) -> dict:

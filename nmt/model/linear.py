@@ -13,6 +13,7 @@ F.linear.
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
@@ -20,6 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# oneDNN keeps a compiled primitive per product shape, 1,024 by default; decoding a long file
+# meets new shapes (sources of every length joining the pool) and its memory grew with the
+# input. Read once, when oneDNN first runs; the environment still wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
 # id(weight) -> (a weak reference to it, its version, the weight prepacked for oneDNN)
 _packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}

@@ -28,6 +28,7 @@ from nmt.serve.requests import Limits, RequestError, parse_translate, translatio
 
 log = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
+HEATMAP = Path(__file__).parents[1] / "heatmap.js"  # the explorer's heatmap, shared by the page
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -122,6 +123,9 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
+    async def heatmap(request: Request) -> Response:
+        return Response(HEATMAP.read_text(encoding="utf-8"), media_type="text/javascript")
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)
@@ -141,6 +145,7 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
     app = Starlette(
         routes=[
             Route("/", page, methods=["GET"]),
+            Route("/heatmap.js", heatmap, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/info", info, methods=["GET"]),
             Route("/translate", translate, methods=["POST"]),

@@ -177,7 +177,9 @@ def test_health_info_page_and_log_lines(server):
     assert info["limits"]["max_sentences"] == 8 and info["models"][0]["parameters"] > 0
     with urllib.request.urlopen(server.url + "/") as page:
         html = page.read().decode()
-    assert "renderHeatmap" in html and "http" not in html.split("<script>")[1]  # no CDN
+    assert '<script src="heatmap.js">' in html and "http" not in html.split("<script>")[1]  # no CDN
+    with urllib.request.urlopen(server.url + "/heatmap.js") as js:
+        assert "var NMTHeatmap" in js.read().decode()  # the explorer's heatmap module
     server.post({"texts": ["5.6.1990", "7.8.1991"]})
     assert re.search(r"POST /translate 200 2 sentences [\d.]+ ms", server.log.read_text())
 
@@ -221,3 +223,31 @@ def test_a_busy_port_and_a_missing_checkpoint_are_one_line_errors(model, tmp_pat
     result = runner.invoke(app, ["serve", "-m", str(tmp_path / "missing.pt"), "--port", "0"])
     assert result.exit_code == 2 and "checkpoint not found" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_the_live_page_in_a_real_browser(server):
+    # Type a sentence: the translation, the n-best list and the explorer's heatmap appear.
+    from tests.evaluate.test_explore import chromium
+
+    browser = chromium()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    expected = server.post({"text": "5.6.1990", "beam": 5, "nbest": 5, "attention": True})[2]["translations"][
+        0
+    ]
+    driver = browser(1200, 900, console_log=True)
+    try:
+        driver.get(server.url + "/")
+        WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
+        driver.find_element(By.ID, "source").send_keys("5.6.1990")
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap td.cell"))
+        assert driver.find_element(By.ID, "translation").text == expected["text"]
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#nbest-list tr")) == len(expected["nbest"])
+        words = expected["attention"]
+        cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
+        assert len(cells) == len(words["source"]) * len(words["target"])
+        assert [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")] == words["target"]
+        assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        driver.quit()
