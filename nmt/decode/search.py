@@ -114,21 +114,21 @@ class Pool:
         self.mem: Any = None
         self.state: Any = None
 
+    @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
     def run(self, feed: Feed) -> Results:
         refill_at = 0
-        with torch.no_grad():
-            while True:
-                if len(self.sentences) <= refill_at and not feed.exhausted:
-                    longest = max((len(s.ids) for s in self.sentences), default=0)
-                    group = feed.take(len(self.sentences), longest)
-                    if group:
-                        self.join(group)
-                        refill_at = refill_level(len(self.sentences))
-                if not self.sentences:
-                    if feed.exhausted:
-                        return
-                    continue  # a live feed: its iterator blocks while it has nothing in flight
-                yield from self.step()
+        while True:
+            if len(self.sentences) <= refill_at and not feed.exhausted:
+                longest = max((len(s.ids) for s in self.sentences), default=0)
+                group = feed.take(len(self.sentences), longest)
+                if group:
+                    self.join(group)
+                    refill_at = refill_level(len(self.sentences))
+            if not self.sentences:
+                if feed.exhausted:
+                    return
+                continue  # a live feed: its iterator blocks while it has nothing in flight
+            yield from self.step()
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
         src, src_len = pad_sources([s.ids for s in group])
