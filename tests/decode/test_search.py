@@ -339,3 +339,14 @@ def test_a_wide_beam_finds_the_exact_optimum(seed, penalty, alpha):
     best = max(candidates, key=lambda c: model.log_prob(start, c) / length_penalty(len(c), cfg))
     (found,) = beam_search(model, src, torch.tensor([1]), [max_len], cfg)[0]
     assert found.tokens == best
+
+
+def test_gradients_stay_on_in_the_caller_between_results():
+    # The search switches gradients off only while it runs, not in the code consuming it.
+    model = make_model(STYLES["luong"])
+    src, src_len, max_lens = sources()
+    items = [Source(i, src[i, : int(src_len[i])].tolist(), m) for i, m in enumerate(max_lens)]
+    results = search(model, items, DecodeConfig(), lambda n, longest: n <= 1, torch.device("cpu"))
+    key, _ = next(results)
+    assert torch.is_grad_enabled()
+    assert sorted([key, *(k for k, _ in results)]) == list(range(len(items)))
