@@ -63,6 +63,7 @@ class Progress:
     best: float | None = None
     bad_validations: int = 0  # since the last improvement, for early stopping
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
+    valid_seconds: float = 0.0  # wall-clock seconds spent validating, every session included
     finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
 
 
@@ -95,12 +96,17 @@ class TrainResult:
     stopped: str  # why training ended
     last_valid: dict
     rank: int  # 0 for the process that reports under torchrun
+    epochs: float = 0.0  # epochs trained, the current one counted in part
+    seconds: float = 0.0  # wall-clock seconds of the run, validation included
+    valid_seconds: float = 0.0  # of which validating
 
     def summary(self) -> str:
-        """The one line `nmt train` ends with."""
+        """The one line `nmt train` ends with: the budget spent and what it bought."""
         best = "none" if self.best is None else f"{self.best:.2f}"
+        share = self.valid_seconds / self.seconds if self.seconds else 0.0
         return (
-            f"trained {self.steps} steps ({self.stopped}); best valid {self.metric} {best}; "
+            f"trained {self.steps} steps ({self.stopped}): {self.epochs:.2f} epochs in "
+            f"{self.seconds:.0f} s, {share:.0%} of it validating; best valid {self.metric} {best}; "
             f"checkpoints in {self.run_dir / CHECKPOINTS}"
         )
 
@@ -150,6 +156,7 @@ class Trainer:
             self._forget_metrics_after(0)  # a run killed before its first checkpoint starts afresh
         self.window = LogWindow()
         self.last_valid: dict = {}  # the newest validation's entry
+        self.epoch_batches = 0  # batches in the current epoch, once it has started
         if checkpoint:
             self._restore(checkpoint)
         self.objective = TokenLoss(self.model, cfg.train)
@@ -280,7 +287,9 @@ class Trainer:
         if done := self._already_finished():
             self.log(f"{self.run_dir} is finished ({done}); raise a budget to continue it")
             stopped = f"already finished: {done}"
-            return TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, {}, self.rank)
+            return TrainResult(
+                self.run_dir, p.step, p.best, cfg.metric, stopped, {}, self.rank, *self._spent()
+            )
         if self.rank == 0:
             self.trackers = open_trackers(cfg.loggers, self.run_dir, self.cfg)
         self.bar = self._progress_bar()
@@ -292,7 +301,9 @@ class Trainer:
             self._average()
         p.finished = stopped
         self.save(LAST)
-        result = TrainResult(self.run_dir, p.step, p.best, cfg.metric, stopped, self.last_valid, self.rank)
+        result = TrainResult(
+            self.run_dir, p.step, p.best, cfg.metric, stopped, self.last_valid, self.rank, *self._spent()
+        )
         self.log(result.summary(), show=False)  # the command line prints it
         for tracker in self.trackers:
             tracker.close()
@@ -377,6 +388,7 @@ class Trainer:
         """The rest of the current epoch, until it ends, a budget is spent or patience runs out."""
         cfg, p = self.cfg.train, self.progress
         batches = self._epoch_batches()
+        self.epoch_batches = len(batches)  # for the final line's epoch count
         while p.batch_in_epoch < len(batches) and not self._budget_spent():
             groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
             nll, tokens = self.train_step(groups)
@@ -443,6 +455,11 @@ class Trainer:
         batches = length_grouped_batches(self.train_data, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
         return distributed.shard(batches, self.rank, self.world)
 
+    def _spent(self) -> tuple[float, float, float]:
+        """Epochs (the current one in part), wall-clock seconds, and seconds spent validating."""
+        p = self.progress
+        return p.epoch + p.batch_in_epoch / max(1, self.epoch_batches), self.elapsed(), p.valid_seconds
+
     def _budget_spent(self) -> str:
         cfg, p = self.cfg.train, self.progress
         if p.step >= cfg.max_steps:
@@ -488,6 +505,7 @@ class Trainer:
     def validate(self) -> dict:
         """Validate (rank 0 only), keep the checkpoints, and step the plateau schedule everywhere."""
         p, cfg = self.progress, self.cfg.train
+        started = time.perf_counter()
         if self.rank == 0:
             scores, translations = self.evaluate_model()
             text = "".join(t.text + "\n" for t in translations)
@@ -501,15 +519,17 @@ class Trainer:
         p.best = value if improved else p.best
         p.bad_validations = 0 if improved else p.bad_validations + 1
         self.schedule.on_validation(improved)
-        entry = {"step": p.step, "epoch": p.epoch, **scores}
+        seconds = time.perf_counter() - started
+        p.valid_seconds += seconds
+        entry = {"step": p.step, "epoch": p.epoch, **scores, "valid_seconds": round(seconds, 2)}
         if self.rank == 0:
             self.record(entry)
             self.save(LAST)
             self.keeper.after_validation(p.validations, improved)
             self.log(
                 f"step {p.step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
-                f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}%"
-                + (" (best)" if improved else "")
+                f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}% "
+                f"({seconds:.1f} s)" + (" (best)" if improved else "")
             )
             self._plot_curves()
             self._track_attention(translations)

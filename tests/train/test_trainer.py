@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,6 +141,29 @@ def test_budgets_stop_cleanly(toy_dir, tmp_path):
     )
     assert "reached train.max_epochs (1)" in result.stdout
     assert read_metrics(tmp_path / "e")[-1]["step"] == 3  # 1500 pairs in batches of 500
+
+
+def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
+    # steps, epochs, wall time and the share of it spent validating; each validation's seconds
+    # are in metrics.jsonl, and a resume keeps counting them
+    run = tmp_path / "r"
+    settings = ("train.max_steps=10", "train.valid_every=5", "train.batch_size=500")
+    out = nmt_train(toy_dir, run, *settings).stdout
+    line = re.search(
+        r"trained 10 steps \(reached train.max_steps \(10\)\): "
+        r"([\d.]+) epochs in (\d+) s, (\d+)% of it validating",
+        out,
+    )
+    assert line and float(line.group(1)) == pytest.approx(10 / 3, abs=0.01), out  # 3 batches an epoch
+    seconds = [m["valid_seconds"] for m in read_metrics(run) if "valid_bleu" in m]
+    assert len(seconds) == 2 and all(s > 0 for s in seconds)
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    assert state["progress"]["valid_seconds"] == pytest.approx(sum(seconds), abs=0.05)
+    more = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=15", "-q"])
+    assert more.exit_code == 0 and "trained 15 steps" in more.stdout, more.output
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    total = sum(m["valid_seconds"] for m in read_metrics(run) if "valid_bleu" in m)
+    assert state["progress"]["valid_seconds"] == pytest.approx(total, abs=0.05)
 
 
 def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
