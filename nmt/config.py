@@ -146,6 +146,9 @@ class TrainConfig:
     log_every: int = setting(50, "steps between training log lines")
     valid_every: int = setting(500, "steps between validations (and checkpoints)")
     valid_at_epoch_end: bool = setting(False, "also validate at the end of every epoch")
+    valid_subset: int = setting(
+        0, "translate only this many validation pairs (a fixed seeded sample) for BLEU; 0: all"
+    )
     metric: Literal["bleu", "ppl", "loss"] = setting("bleu", "chooses best checkpoints and early stopping")
     patience: int = setting(0, "stop after this many validations without improvement; 0: never")
     keep_best: int = setting(1, "keep the k best validation checkpoints (best.pt is always the best)")
@@ -431,6 +434,7 @@ RANGES = {
         "train.max_epochs",
         "train.max_time",
         "train.patience",
+        "train.valid_subset",
         "train.average_last",
         "train.save_every_minutes",
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import random
 import signal
 import sys
 import threading
@@ -65,6 +66,16 @@ class Progress:
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
     valid_seconds: float = 0.0  # wall-clock seconds spent validating, every session included
     finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
+
+
+def valid_sample(pairs: list, size: int, seed: int) -> list:
+    """The validation pairs whose translations are scored: all of them, or `size` drawn once
+    with `seed` and kept in their order, so that every validation of a run scores the same ones
+    (a smaller, cheaper BLEU that still ranks checkpoints; the loss always uses every pair)."""
+    if not size or size >= len(pairs):
+        return pairs
+    chosen = sorted(random.Random(seed).sample(range(len(pairs)), size))
+    return [pairs[i] for i in chosen]
 
 
 class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
@@ -142,6 +153,7 @@ class Trainer:
             distributed.barrier()
         self.tok, self.train_data = data.tokenizers, data.train
         self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
+        self.valid_translated = valid_sample(self.valid_pairs, cfg.train.valid_subset, cfg.train.seed)
         self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
         self.train_text: list[tuple[str, str]] | None = None  # read once, only if sampling
 
@@ -165,9 +177,11 @@ class Trainer:
         self.stop_signal: int | None = None  # SIGINT or SIGTERM received, handled between steps
         self.last_save = time.perf_counter()
         dropped = describe_dropped(data.dropped)
+        translated = len(self.valid_translated)
+        subset = f" (BLEU on {translated})" if translated < len(self.valid_pairs) else ""
         self.notes[:0] = [
             f"data: {len(self.train_data)} training pairs (dropped: {dropped}), {len(self.valid_pairs)} "
-            f"validation pairs; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
+            f"validation pairs{subset}; vocabulary {len(self.tok.src)}/{len(self.tok.tgt)}"
             + (" (cached)" if data.from_cache else ""),
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
@@ -489,11 +503,10 @@ class Trainer:
             nll, tokens = nll + sums.nll, tokens + sums.tokens
         # the same settings as `nmt translate` with this checkpoint
         translator = Translator.from_config(self.model, self.tok, self.cfg, self.device)
-        translations = translator.translate([s for s, _ in self.valid_pairs], attention=bool(self.trackers))
+        pairs = self.valid_translated  # all pairs, or train.valid_subset of them
+        translations = translator.translate([s for s, _ in pairs], attention=bool(self.trackers))
         hyps = [t.text for t in translations]
-        report = evaluate(
-            {"valid": hyps}, [[t for _, t in self.valid_pairs]], EvalOptions(bootstrap=0)
-        ).systems[0]
+        report = evaluate({"valid": hyps}, [[t for _, t in pairs]], EvalOptions(bootstrap=0)).systems[0]
         return {
             "valid_loss": nll / tokens,
             "valid_ppl": math.exp(min(nll / tokens, 50)),

@@ -166,6 +166,21 @@ def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
     assert state["progress"]["valid_seconds"] == pytest.approx(total, abs=0.05)
 
 
+def test_a_validation_subset_translates_the_same_few_pairs_every_time(toy_dir, tmp_path):
+    run = tmp_path / "s"
+    out = nmt_train(toy_dir, run, "train.max_steps=10", "train.valid_every=5", "train.valid_subset=7").stdout
+    assert "validation pairs (BLEU on 7)" in (run / "train.log").read_text() and "trained 10 steps" in out
+    first, second = ((run / "valid" / f"step-{n}.txt").read_text().splitlines() for n in (5, 10))
+    assert len(first) == len(second) == 7
+    # the loss still covers every validation pair: it equals that of a run without a subset
+    nmt_train(toy_dir, tmp_path / "f", "train.max_steps=10", "train.valid_every=5")
+    losses = [[m["valid_loss"] for m in read_metrics(r) if "valid_loss" in m] for r in (run, tmp_path / "f")]
+    assert losses[0] == losses[1]
+    assert len((tmp_path / "f" / "valid" / "step-5.txt").read_text().splitlines()) > 7
+    bad = nmt_train(toy_dir, tmp_path / "b", "train.valid_subset=-1", check=False)
+    assert bad.exit_code == 2 and "train.valid_subset" in bad.output
+
+
 def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
     # SGD: the update is lr * gradient (Adam's first step is ~lr * sign(gradient), which turns float
     # noise in near-zero gradients into full-size differences)
