@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import string
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,89 +33,51 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-# Each form is unambiguous: "/" is month-first (US), "." is day-first (German). A form is a list
-# of (text, role) segments, the role ("year", "month", "day" or "") being what gold alignments
-# link the ISO output's words to.
+# Each form is unambiguous: "/" is month-first (US), "." is day-first (German). A form is a
+# template whose fields are parts of the date; `segments` turns it into (text, role) pieces, the
+# role ("year", "month", "day" or "") being what gold alignments link the ISO output's words to.
 Segments = list[tuple[str, str]]
-FORMS: list[Callable[[dt.date], Segments]] = [
-    lambda d: [
-        (EN_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (str(d.day), "day"),
-        (", ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (str(d.day), "day"),
-        (" ", ""),
-        (EN_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (EN_MONTH[d.month - 1][:3], "month"),
-        (" ", ""),
-        (str(d.day), "day"),
-        (" ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        ("the ", ""),
-        (_ordinal(d.day), "day"),
-        (" of ", ""),
-        (EN_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (EN_DAY[d.weekday()], ""),
-        (", ", ""),
-        (EN_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (_ordinal(d.day), "day"),
-        (", ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [(str(d.month), "month"), ("/", ""), (str(d.day), "day"), ("/", ""), (str(d.year), "year")],
-    lambda d: [
-        (f"{d.month:02d}", "month"),
-        ("/", ""),
-        (f"{d.day:02d}", "day"),
-        ("/", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (str(d.day), "day"),
-        (". ", ""),
-        (DE_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (DE_DAY[d.weekday()], ""),
-        (", ", ""),
-        (str(d.day), "day"),
-        (". ", ""),
-        (DE_MONTH[d.month - 1], "month"),
-        (" ", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [
-        (f"{d.day:02d}", "day"),
-        (".", ""),
-        (f"{d.month:02d}", "month"),
-        (".", ""),
-        (str(d.year), "year"),
-    ],
-    lambda d: [(str(d.day), "day"), (".", ""), (str(d.month), "month"), (".", ""), (str(d.year), "year")],
-    lambda d: [
-        (str(d.year), "year"),
-        ("/", ""),
-        (f"{d.month:02d}", "month"),
-        ("/", ""),
-        (f"{d.day:02d}", "day"),
-    ],
+FORMS = [
+    "{Month} {day}, {year}",
+    "{day} {Month} {year}",
+    "{Mon} {day} {year}",
+    "the {dayth} of {Month} {year}",
+    "{Weekday}, {Month} {dayth}, {year}",
+    "{month}/{day}/{year}",
+    "{mm}/{dd}/{year}",
+    "{day}. {Monat} {year}",
+    "{Wochentag}, {day}. {Monat} {year}",
+    "{dd}.{mm}.{year}",
+    "{day}.{month}.{year}",
+    "{year}/{mm}/{dd}",
 ]
+FIELDS: dict[str, tuple[str, Callable[[dt.date], str]]] = {  # field -> (role, its text)
+    "year": ("year", lambda d: str(d.year)),
+    "month": ("month", lambda d: str(d.month)),
+    "mm": ("month", lambda d: f"{d.month:02d}"),
+    "Month": ("month", lambda d: EN_MONTH[d.month - 1]),
+    "Mon": ("month", lambda d: EN_MONTH[d.month - 1][:3]),
+    "Monat": ("month", lambda d: DE_MONTH[d.month - 1]),
+    "day": ("day", lambda d: str(d.day)),
+    "dd": ("day", lambda d: f"{d.day:02d}"),
+    "dayth": ("day", lambda d: _ordinal(d.day)),
+    "Weekday": ("", lambda d: EN_DAY[d.weekday()]),
+    "Wochentag": ("", lambda d: DE_DAY[d.weekday()]),
+}
+
+
+def segments(form: str, date: dt.date) -> Segments:
+    """`form` written for `date`: literal text and fields, each a segment of its own."""
+    out: Segments = []
+    for literal, field, _, _ in string.Formatter().parse(form):
+        if literal:
+            out.append((literal, ""))
+        if field:
+            role, text = FIELDS[field]
+            out.append((text(date), role))
+    return out
+
+
 # The ISO output's words (nmt.words splits "1989-03-12" into 1989 - 03 - 12): the role each is
 # surely linked to, and the roles a separator is possibly linked to (either neighbour).
 ISO_SURE = {0: "year", 2: "month", 4: "day"}
@@ -146,8 +109,8 @@ def make_pairs(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
     triples = []
     for _ in range(n):
         date = random_date(rng)
-        segments = rng.choice(FORMS)(date)
-        triples.append(("".join(text for text, _ in segments), date.isoformat(), gold_alignment(segments)))
+        parts = segments(rng.choice(FORMS), date)
+        triples.append(("".join(text for text, _ in parts), date.isoformat(), gold_alignment(parts)))
     return triples
 
 
