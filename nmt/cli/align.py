@@ -7,7 +7,15 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, SourceOption, app, echo_written, output_option, user_errors
+from nmt.cli.app import (
+    DeviceOption,
+    SourceOption,
+    app,
+    echo_written,
+    model_option,
+    output_option,
+    user_errors,
+)
 
 
 @app.command()
@@ -15,9 +23,7 @@ from nmt.cli.app import DeviceOption, SourceOption, app, echo_written, output_op
 def align(
     model: Annotated[
         list[Path],
-        typer.Option(
-            "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to ensemble."
-        ),
+        model_option("Checkpoint or run directory; repeat to ensemble."),
     ],
     src: SourceOption,
     output: Annotated[Path, output_option("Pharaoh file to write (i-j links, one line a sentence).")],

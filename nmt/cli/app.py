@@ -120,6 +120,12 @@ SourceOption = Annotated[Path, typer.Option(metavar="PATH", help="Source text, o
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
 
 
+def model_option(help: str, metavar: str = "PATH") -> typer.models.OptionInfo:
+    """The one spelling of the model option across commands: -m / --model PATH (repeatable
+    where the parameter is a list); every command loads it through `nmt.checkpoint.load_model`."""
+    return typer.Option("--model", "-m", metavar=metavar, help=help)
+
+
 def output_option(help: str) -> typer.models.OptionInfo:
     """The one spelling of an output option across commands: -o / --output PATH."""
     return typer.Option("--output", "-o", metavar="PATH", help=help)

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, user_errors
+from nmt.cli.app import DeviceOption, app, model_option, user_errors
 
 # sacreBLEU's tokenizers (sacrebleu.metrics.BLEU.TOKENIZERS; a test keeps the two in step)
 Tokenizer = Literal[
@@ -28,7 +28,7 @@ def eval_cmd(
     ] = None,
     model: Annotated[
         list[Path] | None,
-        typer.Option("--model", "-m", metavar="PATH", help="Translate --src with this model (repeatable)."),
+        model_option("Translate --src with this model (repeatable)."),
     ] = None,
     src: Annotated[
         Path | None,

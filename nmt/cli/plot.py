@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import echo_written, output_option, plot_app, user_errors
+from nmt.cli.app import echo_written, model_option, output_option, plot_app, user_errors
 
 
 @plot_app.command("attention")
@@ -20,9 +20,7 @@ def plot_attention(
     index: Annotated[
         int, typer.Option(min=1, metavar="INT", help="Which sentence of the JSONL file (1-based).")
     ] = 1,
-    model: Annotated[
-        Path | None, typer.Option("--model", "-m", metavar="PATH", help="Or: a checkpoint ...")
-    ] = None,
+    model: Annotated[Path | None, model_option("Or: a checkpoint ...")] = None,
     sentence: Annotated[
         str | None, typer.Option(metavar="TEXT", help="... and a sentence to translate.")
     ] = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, SourceOption, app, output_option, user_errors
+from nmt.cli.app import DeviceOption, SourceOption, app, model_option, output_option, user_errors
 
 
 @app.command()
@@ -15,9 +15,7 @@ from nmt.cli.app import DeviceOption, SourceOption, app, output_option, user_err
 def score(
     model: Annotated[
         list[Path],
-        typer.Option(
-            "--model", "-m", metavar="PATH", help="Checkpoint or run directory; repeat to score each."
-        ),
+        model_option("Checkpoint or run directory; repeat to score each."),
     ],
     src: SourceOption,
     ref: Annotated[Path, typer.Option(metavar="PATH", help="The targets to score, one a line.")],

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, user_errors
+from nmt.cli.app import DeviceOption, app, model_option, user_errors
 
 
 @app.command()
@@ -14,11 +14,8 @@ from nmt.cli.app import DeviceOption, app, user_errors
 def serve(
     model: Annotated[
         list[str],
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="[NAME=]PATH",
-            help="Checkpoint or run directory; repeat to serve several, chosen by name per request.",
+        model_option(
+            "Checkpoint or run directory; repeat to serve several, chosen by name per request.", "[NAME=]PATH"
         ),
     ],
     host: Annotated[

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, QuietOption, app, output_option, user_errors
+from nmt.cli.app import DeviceOption, QuietOption, app, model_option, output_option, user_errors
 
 
 @app.command()
@@ -15,12 +15,7 @@ from nmt.cli.app import DeviceOption, QuietOption, app, output_option, user_erro
 def translate(
     model: Annotated[
         list[Path],
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="PATH",
-            help="Checkpoint, run or release directory, or hf://user/repo; repeat to ensemble.",
-        ),
+        model_option("Checkpoint, run or release directory, or hf://user/repo; repeat to ensemble."),
     ],
     input: Annotated[
         Path | None, typer.Option("--input", "-i", metavar="PATH", help="Text file (default stdin).")
