@@ -309,8 +309,10 @@ def run_memory_case(model: Path, sizes: list[int], beam: int) -> dict:
     split repeated), each in a process of its own: a translator that streams stays flat."""
     import tempfile
 
+    from nmt.fileio import read_lines
+
     directory, toy = data_dir()
-    lines = (directory / ("test.human" if toy else "test_2016_flickr.de")).read_text().splitlines()
+    lines = read_lines(directory / ("test.human" if toy else "test_2016_flickr.de"))
     nmt = Path(sys.executable).parent / "nmt"
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

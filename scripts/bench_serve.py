@@ -157,7 +157,7 @@ def main() -> None:
     start = time.perf_counter()
     in_process = [t.text for t in translator.translate(lines)]
     file_seconds = time.perf_counter() - start
-    narrow = Translator.load(model, device="cpu", beam=args.beam, batch_size=args.max_batch)
+    narrow = translator.configured(batch_size=args.max_batch)  # the same model, the server's width
     start = time.perf_counter()
     narrow.translate(lines)
     narrow_seconds = time.perf_counter() - start

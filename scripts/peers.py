@@ -41,6 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from nmt.fileio import read_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
@@ -165,9 +167,9 @@ def prepare(work: Path) -> dict:
     (work / "sp").mkdir(parents=True, exist_ok=True)
     (work / "raw").mkdir(parents=True, exist_ok=True)
     big = [
-        *read(directory / "val.de"),
-        *read(directory / "test_2016_flickr.de"),
-        *read(directory / "train.de")[:8000],
+        *read_lines(directory / "val.de"),
+        *read_lines(directory / "test_2016_flickr.de"),
+        *read_lines(directory / "train.de")[:8000],
     ]
     (work / "raw" / f"{BIG}.de").write_text("\n".join(big) + "\n", encoding="utf-8")
     (work / "sp" / f"{BIG}.de").write_text(
@@ -176,7 +178,7 @@ def prepare(work: Path) -> dict:
     counts: Counter = Counter()
     for split in SPLITS.values():
         for lang in ("de", "en"):
-            lines = read(directory / f"{split}.{lang}")
+            lines = read_lines(directory / f"{split}.{lang}")
             if lang == "de":
                 (work / "raw" / f"{split}.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
             pieces = [" ".join(p) for p in sp.encode(lines, out_type=str)]
@@ -187,10 +189,6 @@ def prepare(work: Path) -> dict:
         "".join(f"{p}\t{n}\n" for p, n in counts.most_common()), encoding="utf-8"
     )
     return {"work": str(work), "pieces": len(counts)}
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def peer_env(threads: int) -> dict:
@@ -320,7 +318,7 @@ def translate(
     if proc.returncode:
         raise SystemExit(f"peers: {cmd[0]} failed:\n{proc.stderr[-2000:]}")
     loop = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stderr + proc.stdout)
-    hyps = read(out) if peer == "nmt" else decode_pieces(out)
+    hyps = read_lines(out) if peer == "nmt" else decode_pieces(out)
     return {
         "peer": peer,
         "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64"
