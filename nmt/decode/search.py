@@ -14,6 +14,7 @@ attention is stored only when an output asks for it (or the coverage penalty nee
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -110,7 +111,7 @@ class Pool:
 
     def __init__(self, model: StepModel, cfg: DecodeConfig, device: torch.device, keep_attention: bool):
         self.model, self.cfg, self.device, self.keep_attention = model, cfg, device, keep_attention
-        self.sentences: list[Source] = []  # in the order of their rows (blocks of rows for beams)
+        self.live: list = []  # one record per sentence (`.source`), in the order of its rows
         self.mem: Any = None
         self.state: Any = None
 
@@ -118,13 +119,13 @@ class Pool:
     def run(self, feed: Feed) -> Results:
         refill_at = 0
         while True:
-            if len(self.sentences) <= refill_at and not feed.exhausted:
-                longest = max((len(s.ids) for s in self.sentences), default=0)
-                group = feed.take(len(self.sentences), longest)
+            if len(self.live) <= refill_at and not feed.exhausted:
+                longest = max((len(r.source.ids) for r in self.live), default=0)
+                group = feed.take(len(self.live), longest)
                 if group:
                     self.join(group)
-                    refill_at = refill_level(len(self.sentences))
-            if not self.sentences:
+                    refill_at = refill_level(len(self.live))
+            if not self.live:
                 if feed.exhausted:
                     return
                 continue  # a live feed: its iterator blocks while it has nothing in flight
@@ -133,6 +134,13 @@ class Pool:
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
         src, src_len = pad_sources([s.ids for s in group])
         return self.model.encode(src.to(self.device), src_len)
+
+    def extend(self, mem: Any, state: Any) -> None:
+        """The new sentences' memory and state after the pool's own."""
+        if self.mem is None:
+            self.mem, self.state = mem, state
+        else:
+            self.mem, self.state = self.mem.join(mem), self.state.join(state)
 
     def join(self, group: list[Source]) -> None:
         raise NotImplementedError
@@ -145,72 +153,72 @@ def cat(old: Tensor | None, new: Tensor) -> Tensor:
     return new if old is None else torch.cat([old, new])
 
 
+@dataclass
+class Sentence:
+    """One sentence of a greedy search: its source, and its tokens and attention rows so far."""
+
+    source: Source
+    tokens: list[int] = field(default_factory=list)
+    weights: list[Tensor] = field(default_factory=list)  # when attention is kept
+
+
 class GreedyPool(Pool):
     """One row per sentence: the most probable next token at every step."""
 
     def __init__(self, *args):
         super().__init__(*args)
         self.y = self.positions = self.log_prob = self.max_lens = None
-        self.tokens: list[list[int]] = []  # per row
-        self.weights: list[list[Tensor]] = []  # per row, when attention is kept
 
     def join(self, group: list[Source]) -> None:
         mem, state = self.encode(group)
         n = len(group)
-        if self.mem is None:
-            self.mem, self.state = mem, state
-        else:
-            self.mem, self.state = self.mem.join(mem), self.state.join(state)
+        self.extend(mem, state)
         self.y = cat(self.y, torch.full((n,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
         self.log_prob = cat(self.log_prob, torch.zeros(n, dtype=torch.float64, device=self.device))
         lens = torch.tensor([s.max_len for s in group], device=self.device)
         self.max_lens = cat(self.max_lens, lens)
-        self.sentences += group
-        self.tokens += [[] for _ in group]
-        self.weights += [[] for _ in group]
+        self.live += [Sentence(s) for s in group]
 
     def step(self) -> Results:
-        histories = self.tokens if self.cfg.no_repeat_ngram else None
+        histories = [r.tokens for r in self.live] if self.cfg.no_repeat_ngram else None
         logp, self.state, w = step_log_probs(
             self.model, self.y, self.state, self.mem, self.positions, histories, self.cfg
         )
         best, self.y = logp.max(-1)
         self.log_prob += best.double()
         self.positions += 1
-        for row, token in zip(self.tokens, self.y.tolist(), strict=True):
-            row.append(token)
+        for row, token in zip(self.live, self.y.tolist(), strict=True):
+            row.tokens.append(token)
         if self.keep_attention:
             w = w.float().cpu()
-            for r, (row, s) in enumerate(zip(self.weights, self.sentences, strict=True)):
-                row.append(w[r, : len(s.ids)])
+            for r, row in enumerate(self.live):
+                row.weights.append(w[r, : len(row.source.ids)])
         done = ((self.y == EOS) | (self.positions >= self.max_lens)).tolist()
         if not any(done):
             return
         log_prob = self.log_prob.tolist()
         keep = []
-        for r, (s, finished) in enumerate(zip(self.sentences, done, strict=True)):
+        for r, (row, finished) in enumerate(zip(self.live, done, strict=True)):
             if not finished:
                 keep.append(r)
                 continue
-            att = torch.stack(self.weights[r]) if self.keep_attention else None
-            length = len(self.tokens[r])
-            score = final_score(log_prob[r], length, att, len(s.ids), self.cfg)
-            yield s.key, [Hypothesis(self.tokens[r], score, log_prob[r], att)]
+            att = torch.stack(row.weights) if self.keep_attention else None
+            length = len(row.tokens)
+            score = final_score(log_prob[r], length, att, len(row.source.ids), self.cfg)
+            yield row.source.key, [Hypothesis(row.tokens, score, log_prob[r], att)]
         self._keep(keep)
 
     def _keep(self, keep: list[int]) -> None:
         if not keep:
-            self.sentences, self.tokens, self.weights = [], [], []
+            self.live = []
             self.mem = self.state = self.y = self.positions = self.log_prob = self.max_lens = None
             return
         rows = torch.tensor(keep, device=self.device)
         self.mem, self.state = self.mem.select(rows), self.state.select(rows)
         self.y, self.positions = self.y[rows], self.positions[rows]
         self.log_prob, self.max_lens = self.log_prob[rows], self.max_lens[rows]
-        self.sentences = [self.sentences[r] for r in keep]
-        self.tokens = [self.tokens[r] for r in keep]
-        self.weights = [self.weights[r] for r in keep]
+        self.live = [self.live[r] for r in keep]
 
 
 class Trail:
@@ -248,7 +256,6 @@ class BeamPool(Pool):
     def __init__(self, model, cfg, device, keep_attention, K: int, nbest: int):
         super().__init__(model, cfg, device, keep_attention)
         self.K, self.nbest = K, nbest
-        self.trails: list[Trail] = []
         self.scores = self.y = self.positions = self.max_lens = None  # scores (B, K) float64
 
     def join(self, group: list[Source]) -> None:
@@ -256,23 +263,19 @@ class BeamPool(Pool):
         n, K = len(group), self.K
         state = state.select(torch.arange(n, device=self.device).repeat_interleave(K))
         mem = mem.share(K)  # K state rows per sentence, one memory row
-        if self.mem is None:
-            self.mem, self.state = mem, state
-        else:
-            self.mem, self.state = self.mem.join(mem), self.state.join(state)
+        self.extend(mem, state)
         scores = torch.full((n, K), NEG_INF, dtype=torch.float64, device=self.device)
         scores[:, 0] = 0.0  # all beams start identical: only the first may spread
         self.scores = cat(self.scores, scores)
         self.y = cat(self.y, torch.full((n * K,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
         self.max_lens = cat(self.max_lens, torch.tensor([s.max_len for s in group], device=self.device))
-        self.sentences += group
-        self.trails += [Trail(s) for s in group]
+        self.live += [Trail(s) for s in group]
 
     def step(self) -> Results:
-        B, K, cfg = len(self.sentences), self.K, self.cfg
+        B, K, cfg = len(self.live), self.K, self.cfg
         rows_at = self.positions.repeat_interleave(K)
-        histories = [tr.history(j) for tr in self.trails for j in range(K)] if cfg.no_repeat_ngram else None
+        histories = [tr.history(j) for tr in self.live for j in range(K)] if cfg.no_repeat_ngram else None
         logp, state, w = step_log_probs(self.model, self.y, self.state, self.mem, rows_at, histories, cfg)
         # The best 2K candidates overall are among each beam's own best 2K tokens.
         per_beam = min(2 * K, logp.size(-1))
@@ -296,17 +299,17 @@ class BeamPool(Pool):
 
         tokens, parents, kept, top_l = token.tolist(), origin.tolist(), survivors.tolist(), top.tolist()
         weights = w.float().view(B, K, -1).cpu() if self.keep_attention else None
-        for i, trail in enumerate(self.trails):
+        for i, trail in enumerate(self.live):
             trail.tokens.append(tokens[i])
             trail.parents.append(parents[i])
             trail.survivors.append(kept[i])
             if weights is not None:
                 trail.weights.append(weights[i, :, : len(trail.source.ids)])
         for i, c in ends.nonzero().tolist():
-            self._finish(self.trails[i], c, top_l[i][c])
+            self._finish(self.live[i], c, top_l[i][c])
 
         keep = []
-        for i, (trail, capped) in enumerate(zip(self.trails, at_cap.tolist(), strict=True)):
+        for i, (trail, capped) in enumerate(zip(self.live, at_cap.tolist(), strict=True)):
             if search_is_over(trail.finished, bound[i], capped, trail.source.max_len, self.nbest, cfg):
                 yield trail.source.key, sorted(trail.finished, key=lambda h: -h.score)[: self.nbest]
             else:
@@ -320,9 +323,9 @@ class BeamPool(Pool):
         trail.finished.append(Hypothesis(tokens, score, log_prob, att))
 
     def _keep(self, keep: list[int], parent_rows: Tensor, state) -> None:
-        B, K = len(self.trails), self.K
+        B, K = len(self.live), self.K
         if not keep:
-            self.sentences, self.trails = [], []
+            self.live = []
             self.mem = self.state = self.scores = self.y = self.positions = self.max_lens = None
             return
         if len(keep) < B:  # finished sentences leave the batch
@@ -335,6 +338,5 @@ class BeamPool(Pool):
                 self.max_lens[blocks],
             )
             self.mem = self.mem.select(blocks)
-            self.sentences = [self.sentences[i] for i in keep]
-            self.trails = [self.trails[i] for i in keep]
+            self.live = [self.live[i] for i in keep]
         self.state = state.select(parent_rows)
