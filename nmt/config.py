@@ -132,8 +132,8 @@ class TrainConfig:
     teacher_forcing_final: float | None = setting(
         None, "if set, the ratio moves linearly to this by max_steps"
     )
-    schedule: Literal["constant", "plateau", "step", "inverse_sqrt"] = setting(
-        "constant", "learning-rate schedule"
+    schedule: Literal["constant", "plateau", "step", "inverse_sqrt", "budget"] = setting(
+        "constant", "learning-rate schedule (budget: linear decay to min_lr as the budget runs out)"
     )
     decay_factor: float = setting(0.5, "plateau and step: the factor of each decay")
     decay_patience: int = setting(1, "plateau: validations without improvement before a decay")

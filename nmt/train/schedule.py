@@ -1,5 +1,6 @@
 """Learning-rate schedules, one class each, registered by name. Each sees the events it needs
-(steps, epoch ends, validation results) and keeps its state in the checkpoint."""
+(steps with the share of the budget spent, epoch ends, validation results) and keeps its state in
+the checkpoint."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from nmt.registry import Registry
 
 
 class Schedule(Registry):
+    uses_budget = False  # True: on_step needs the share of the budget spent (the trainer computes it)
+
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
         self.optimizer, self.cfg = optimizer, cfg
         self.base_lr = cfg.lr
@@ -22,8 +25,9 @@ class Schedule(Registry):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def on_step(self, step: int) -> None:
-        """Called after optimiser step `step` (1-based)."""
+    def on_step(self, step: int, spent: float = 0.0) -> None:
+        """Called after optimiser step `step` (1-based); `spent` is the share of the run's budget
+        used so far (0-1; computed only for schedules that set `uses_budget`)."""
 
     def on_epoch_end(self, epoch: int) -> None:
         """Called when epoch `epoch` (0-based) has been consumed."""
@@ -78,10 +82,22 @@ class InverseSqrt(Schedule, name="inverse_sqrt"):
         super().__init__(optimizer, cfg)
         self.on_step(0)
 
-    def on_step(self, step):
+    def on_step(self, step, spent=0.0):
         warmup = max(1, self.cfg.warmup_steps)
         scale = (step + 1) / warmup if step + 1 < warmup else (warmup / (step + 1)) ** 0.5
         self.set_lr(max(self.cfg.min_lr, self.base_lr * scale))
+
+
+class Budget(Schedule, name="budget"):
+    """Linear decay from `lr` to `min_lr` over the run's budget: max_steps, max_epochs or max_time,
+    whichever runs out first. A run that knows when it ends can anneal into it, which beats a
+    constant rate at a fixed budget (Li et al. 2020, "Budgeted training"); measured in
+    docs/recipe.md."""
+
+    uses_budget = True
+
+    def on_step(self, step, spent=0.0):
+        self.set_lr(max(self.cfg.min_lr, self.base_lr * (1.0 - min(1.0, spent))))
 
 
 OPTIMIZERS = {

@@ -408,7 +408,7 @@ class Trainer:
             nll, tokens = self.train_step(groups)
             p.step += 1
             p.batch_in_epoch += len(groups)
-            self.schedule.on_step(p.step)
+            self.schedule.on_step(p.step, self._budget_share() if self.schedule.uses_budget else 0.0)
             self.window.add(nll, tokens)
             self.bar.update()
             if p.step % cfg.log_every == 0:
@@ -473,6 +473,18 @@ class Trainer:
         """Epochs (the current one in part), wall-clock seconds, and seconds spent validating."""
         p = self.progress
         return p.epoch + p.batch_in_epoch / max(1, self.epoch_batches), self.elapsed(), p.valid_seconds
+
+    def _budget_share(self) -> float:
+        """The share (0-1) of the tightest budget used so far; the clock is averaged over the
+        processes under torchrun, so every replica sets the same learning rate."""
+        cfg, epochs = self.cfg.train, self._spent()[0]
+        shares = [self.progress.step / cfg.max_steps]
+        if cfg.max_epochs:
+            shares.append(epochs / cfg.max_epochs)
+        if cfg.max_time:
+            (seconds,) = distributed.all_reduce_sums([self.elapsed()], self.device)
+            shares.append(seconds / self.world / cfg.max_time)
+        return max(shares)
 
     def _budget_spent(self) -> str:
         cfg, p = self.cfg.train, self.progress

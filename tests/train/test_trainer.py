@@ -269,6 +269,27 @@ def test_schedules():
     assert lr_trace(step, [("epoch_end", 0), ("epoch_end", 1), ("epoch_end", 2)]) == [1.0, 0.5, 0.25]
     inv = TrainConfig(lr=1.0, schedule="inverse_sqrt", warmup_steps=4, min_lr=0)
     assert lr_trace(inv, [("step", 1), ("step", 3), ("step", 15)]) == [0.5, 1.0, 0.5]
+    budget = Schedule.build(
+        "budget", torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0), TrainConfig(lr=1.0, min_lr=0.1)
+    )
+    trace = []
+    for spent in (0.0, 0.25, 0.8, 1.0, 1.5):
+        budget.on_step(1, spent)
+        trace.append(round(budget.lr, 8))
+    assert trace == [1.0, 0.75, 0.2, 0.1, 0.1]
+
+
+def test_budget_schedule_anneals_to_the_end_of_the_tightest_budget(toy_dir, tmp_path):
+    nmt_train(
+        toy_dir,
+        tmp_path / "run",
+        "train.schedule=budget",
+        "train.max_steps=20",
+        "train.log_every=5",
+        "train.min_lr=0",
+    )
+    lrs = [(m["step"], m["lr"]) for m in read_metrics(tmp_path / "run") if "lr" in m]
+    assert lrs == [(s, pytest.approx(0.003 * (1 - s / 20), abs=1e-9)) for s in (5, 10, 15, 20)]
 
 
 def test_amp_on_cpu_is_refused(toy_dir, tmp_path):
