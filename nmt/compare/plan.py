@@ -1,0 +1,157 @@
+"""What `nmt compare` trains: variants of one config (named systems and/or the product of --vary
+lists) times seeds, each run with its own directory, all under one budget.
+
+Light on purpose (no torch): planning and checking every variant's config happens before a
+single run starts, so a typo in the tenth variant costs nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.config import Config, load_config
+from nmt.errors import NMTError
+
+BUDGET_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One system of the comparison: a name and the `--set` overrides that make it."""
+
+    name: str
+    overrides: tuple[str, ...]
+
+    @property
+    def slug(self) -> str:
+        """The variant's folder name: its name with anything but letters, digits, '.', '_' and '-'
+        replaced, so every name maps to one safe, readable path."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.name).strip("-") or "variant"
+
+
+@dataclass(frozen=True)
+class Run:
+    variant: Variant
+    seed: int
+    dir: Path
+
+    def overrides(self, common: tuple[str, ...]) -> list[str]:
+        """Every override of the run, in order: the common ones, the variant's, its seed."""
+        return [*common, *self.variant.overrides, f"train.seed={self.seed}"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: str
+    common: tuple[str, ...]  # --set overrides and the budget, shared by every run
+    variants: tuple[Variant, ...]
+    seeds: tuple[int, ...]
+    out: Path
+
+    @property
+    def runs(self) -> list[Run]:
+        return [
+            Run(v, seed, self.out / "runs" / v.slug / f"seed{seed}")
+            for v in self.variants
+            for seed in self.seeds
+        ]
+
+    def run_config(self, run: Run) -> Config:
+        return load_config(self.config, run.overrides(self.common))
+
+
+def parse_budget(text: str) -> tuple[str, ...]:
+    """'20m', '90s', '1.5h' -> a wall-clock budget (train.max_time); '3000' or '3000steps' -> a
+    step budget (train.max_steps). Time budgets lift the step limit, so the clock decides."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|steps?)?\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise NMTError(
+            f"--budget {text!r}: expected a time such as 20m, 90s or 1.5h, or steps such as 3000steps"
+        )
+    value, unit = float(match.group(1)), match.group(2) or "steps"
+    if unit.startswith("step"):
+        if not value.is_integer():
+            raise NMTError(f"--budget {text!r}: a step budget is a whole number of steps")
+        return (f"train.max_steps={int(value)}",)
+    return (f"train.max_time={value * BUDGET_UNITS[unit]:g}", "train.max_steps=100000000")
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise NMTError(f"--seeds {text!r}: expected comma-separated integers such as 1,2,3") from None
+    if len(set(seeds)) != len(seeds):
+        raise NMTError(f"--seeds {text!r}: a seed is listed twice")
+    return seeds
+
+
+def parse_vary(items: list[str]) -> list[Variant]:
+    """`--vary key=a,b --vary other=x,y` -> the product of the lists, one variant per combination,
+    named by the last part of each key (`type=dot, input_feeding=false`)."""
+    axes = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not choices:
+            raise NMTError(
+                f"--vary {item!r}: expected KEY=V1,V2,... such as model.attention.type=dot,general"
+            )
+        axes.append([(key.strip(), value) for value in choices])
+    return [
+        Variant(
+            ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in combo),
+            tuple(f"{key}={value}" for key, value in combo),
+        )
+        for combo in itertools.product(*axes)
+    ]
+
+
+def parse_system(item: str) -> Variant:
+    """`--system 'NAME: key=value, key=value'` -> a named variant (an empty list: the config as is)."""
+    name, sep, body = item.partition(":")
+    overrides = tuple(part.strip() for part in body.split(",") if part.strip())
+    if not sep or not name.strip() or any("=" not in o for o in overrides):
+        raise NMTError(
+            f"--system {item!r}: expected 'NAME: KEY=VALUE, KEY=VALUE' such as "
+            "'bahdanau: model.decoder.style=bahdanau, model.attention.type=bahdanau'"
+        )
+    return Variant(name.strip(), overrides)
+
+
+def plan(
+    config: str,
+    sets: list[str],
+    systems: list[str],
+    vary: list[str],
+    seeds: str,
+    budget: str | None,
+    out: Path,
+) -> Plan:
+    """The comparison's runs, every variant's config checked (unknown keys, bad values) up front;
+    no `budget`: the config's own."""
+    named = [parse_system(s) for s in systems] or [Variant("", ())]
+    varied = parse_vary(vary) or [Variant("", ())]
+    variants = tuple(
+        Variant(", ".join(n for n in (a.name, b.name) if n), a.overrides + b.overrides)
+        for a, b in itertools.product(named, varied)
+    )
+    if len(variants) < 2:
+        raise NMTError("nothing to compare: give at least two variants with --system and/or --vary")
+    slugs = [v.slug for v in variants]
+    if len(set(slugs)) != len(slugs):
+        raise NMTError(
+            f"two variants share the folder name {max(slugs, key=slugs.count)!r}; rename a --system"
+        )
+    result = Plan(
+        config, (*sets, *(parse_budget(budget) if budget else ())), variants, parse_seeds(seeds), Path(out)
+    )
+    for variant in variants:
+        try:
+            result.run_config(result.runs[variants.index(variant) * len(result.seeds)])
+        except NMTError as e:
+            raise NMTError(f"variant {variant.name!r}: {e}") from None
+    return result
