@@ -25,6 +25,7 @@ LAYERS = [
     ["nmt.evaluate"],
     ["nmt.ship"],
     ["nmt.train"],
+    ["nmt.compare"],
     ["nmt.serve"],
     ["nmt.cli"],
     ["nmt.__main__"],
