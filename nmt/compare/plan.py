@@ -149,9 +149,9 @@ def plan(
     result = Plan(
         config, (*sets, *(parse_budget(budget) if budget else ())), variants, parse_seeds(seeds), Path(out)
     )
-    for variant in variants:
+    for run in result.runs[:: len(result.seeds)]:  # each variant's first run
         try:
-            result.run_config(result.runs[variants.index(variant) * len(result.seeds)])
+            result.run_config(run)
         except NMTError as e:
-            raise NMTError(f"variant {variant.name!r}: {e}") from None
+            raise NMTError(f"variant {run.variant.name!r}: {e}") from None
     return result

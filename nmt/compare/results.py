@@ -10,19 +10,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nmt.compare.plan import Plan, Run
 from nmt.errors import NMTError
-from nmt.evaluate.scoring import (
-    DEFAULT_BUCKETS,
-    EvalOptions,
-    bucket_labels,
-    bucket_of,
-    evaluate,
-    paired_p_values,
-)
+from nmt.evaluate.scoring import DEFAULT_BUCKETS, EvalOptions, evaluate, paired_p_values
 from nmt.fileio import atomic_write_text, read_lines
 from nmt.rundir import CHECKPOINTS, read_metrics
 
@@ -39,10 +32,9 @@ class Settings:
     device: str = "auto"
 
 
-def decode_run(plan: Plan, run: Run, settings: Settings) -> tuple[list[str], dict]:
-    """The run's translations of the split, and how they were made (cached beside the run:
-    decoding again only when its checkpoint is newer than the translations)."""
-    from nmt.data.sources import load_split, split_name
+def decode_run(run: Run, sources: list[str], settings: Settings) -> tuple[list[str], dict]:
+    """The run's translations of the split's `sources`, and how they were made (cached beside
+    the run: decoding again only when its checkpoint is newer than the translations)."""
     from nmt.decode.translator import load_translator
 
     checkpoint = run.dir / CHECKPOINTS / f"{settings.checkpoint}.pt"
@@ -55,8 +47,6 @@ def decode_run(plan: Plan, run: Run, settings: Settings) -> tuple[list[str], dic
         return read_lines(hyp_path), json.loads(facts_path.read_text(encoding="utf-8"))
     import torch
 
-    cfg = plan.run_config(run)
-    sources = [src for src, _ in load_split(cfg.data, split_name(cfg.data, settings.split))]
     overrides = {"beam": settings.beam} if settings.beam else {}
     translator = load_translator([checkpoint], overrides, settings.device)
     start = time.perf_counter()
@@ -141,14 +131,12 @@ def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], 
 
     cfg = plan.run_config(plan.runs[0])
     pairs = load_split(cfg.data, split_name(cfg.data, settings.split))
-    refs = [tgt for _, tgt in pairs]
+    sources, refs = [src for src, _ in pairs], [tgt for _, tgt in pairs]
     opts = EvalOptions(buckets=settings.buckets, bootstrap=settings.bootstrap)
     runs: dict[tuple[str, int], dict] = {}
     for run in plan.runs:
-        hyps, facts = decode_run(plan, run, settings)
-        (scored,) = evaluate(
-            {"run": hyps}, [refs], EvalOptions(buckets=settings.buckets, bootstrap=0)
-        ).systems
+        hyps, facts = decode_run(run, sources, settings)
+        (scored,) = evaluate({"run": hyps}, [refs], replace(opts, bootstrap=0)).systems
         runs[run.variant.name, run.seed] = {
             "variant": run.variant.name,
             "seed": run.seed,
@@ -164,7 +152,7 @@ def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], 
     variants = []
     for variant in plan.variants:
         mine = [runs[variant.name, seed] for seed in plan.seeds]
-        buckets = list(zip(*(r["bucket_bleu"] for r in mine), strict=True))
+        per_bucket = list(zip(*(r["bucket_bleu"] for r in mine), strict=True))
         variants.append(
             {
                 "name": variant.name,
@@ -179,14 +167,16 @@ def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], 
                     statistics.mean(r["decode_sentences_per_s"] for r in mine), 1
                 ),
                 "bucket_bleu": [
-                    None if None in scores else round(statistics.mean(scores), 2) for scores in buckets
+                    None if None in scores else round(statistics.mean(scores), 2) for scores in per_bucket
                 ],
             }
         )
     base = next((v for v in variants if v["name"] == baseline), variants[0])
-    counts = [0] * (len(settings.buckets) + 1)
-    for ref in refs:
-        counts[bucket_of(len(ref.split()), settings.buckets)] += 1
+    lengths = {  # the buckets' labels and sentence counts, the same for every run
+        "labels": [b.label for b in scored.buckets],
+        "sentences": [b.sentences for b in scored.buckets],
+        "by": "reference words",
+    }
     return {
         "config": plan.config,
         "common_overrides": list(plan.common),
@@ -194,7 +184,7 @@ def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], 
         "split": settings.split,
         "sentences": len(refs),
         "checkpoint": settings.checkpoint,
-        "buckets": {"labels": bucket_labels(settings.buckets), "sentences": counts, "by": "reference words"},
+        "buckets": lengths,
         "variants": variants,
         "comparisons": [compare_to(base, v, runs, refs, opts) for v in variants if v is not base],
         "bootstrap": {"resamples": settings.bootstrap, "seed": opts.seed, "significance_level": SIGNIFICANT},

@@ -23,12 +23,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nmt import __version__
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
+from nmt.evaluate.explore import heatmap_js
 from nmt.serve.batcher import Batcher, QueueFullError
 from nmt.serve.requests import Limits, RequestError, parse_translate, translation_json
 
 log = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
-HEATMAP = Path(__file__).parents[1] / "heatmap.js"  # the explorer's heatmap, shared by the page
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -124,7 +124,7 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     async def heatmap(request: Request) -> Response:
-        return Response(HEATMAP.read_text(encoding="utf-8"), media_type="text/javascript")
+        return Response(heatmap_js(), media_type="text/javascript")  # the explorer's heatmap
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
