@@ -67,12 +67,32 @@ BENCH_SERVE_ARGS ?=
 bench-serve: install
 	$(BIN)/python scripts/bench_serve.py $(BENCH_SERVE_ARGS)
 
-# "Bahdanau or Luong?": nine attentions trained on Multi30k de-en with one budget, scored and timed;
-# regenerates docs/study.md (about 20 minutes on 2 CPU cores). STUDY_ARGS="--budget full" for the
-# committed report, or e.g. "--seeds 1,2,3", "--config iwslt-luong-dot.yaml --set train.device=cuda".
-STUDY_ARGS ?= --budget quick
+# "Bahdanau or Luong?" (docs/study.md reads docs/study/report.md): ten decoders of one model on
+# Multi30k de-en, 15 minutes of training each on one thread, two at a time, three seeds: about 4
+# hours on 2 CPU cores, then about half an hour of decoding. Finished runs (study-runs/) and
+# translations (docs/study/hyps/) are reused, so it resumes where it stopped. STUDY_ARGS="--seeds 1"
+# for one seed, "--budget 3m" for a quick look, "--report-only" to redraw docs/study/report.md and
+# its figures from docs/study/results.json.
+MULTI30K   ?= ../shared/data/multi30k
+IWSLT14    ?= ../shared/data/iwslt14
+STUDY_ARGS ?=
+STUDY_SYSTEMS := \
+	--system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
+	--system 'Bahdanau (paper): model.decoder.style=bahdanau, model.decoder.input_feeding=false, \
+	  model.decoder.bridge=backward, model.attention.type=bahdanau' \
+	--system 'additive = concat, Luong order: model.attention.type=concat' \
+	--system 'dot: model.attention.type=dot' \
+	--system 'dot, no input feeding: model.attention.type=dot, model.decoder.input_feeding=false' \
+	--system 'general: model.attention.type=general' \
+	--system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	--system 'local-m: model.attention.type=local_m' \
+	--system 'local-p: model.attention.type=local_p' \
+	--system 'multi-head (4): model.attention.type=multihead'
 study: install
-	$(BIN)/python scripts/compare_attention.py $(STUDY_ARGS)
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) $(STUDY_SYSTEMS) \
+	  --baseline 'Bahdanau (paper)' --seeds 1,2,3 --budget 15m --jobs 2 --threads 1 \
+	  --join 2,3,4 --extra iwslt=$(IWSLT14)/valid --heatmap 17 --runs study-runs -o docs/study \
+	  $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache study-runs

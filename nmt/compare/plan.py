@@ -49,14 +49,12 @@ class Plan:
     common: tuple[str, ...]  # --set overrides and the budget, shared by every run
     variants: tuple[Variant, ...]
     seeds: tuple[int, ...]
-    out: Path
+    runs_dir: Path  # where every run trains, in VARIANT/seedS
 
     @property
     def runs(self) -> list[Run]:
         return [
-            Run(v, seed, self.out / "runs" / v.slug / f"seed{seed}")
-            for v in self.variants
-            for seed in self.seeds
+            Run(v, seed, self.runs_dir / v.slug / f"seed{seed}") for v in self.variants for seed in self.seeds
         ]
 
     def run_config(self, run: Run) -> Config:
@@ -129,7 +127,7 @@ def plan(
     vary: list[str],
     seeds: str,
     budget: str | None,
-    out: Path,
+    runs_dir: Path,
 ) -> Plan:
     """The comparison's runs, every variant's config checked (unknown keys, bad values) up front;
     no `budget`: the config's own."""
@@ -147,7 +145,11 @@ def plan(
             f"two variants share the folder name {max(slugs, key=slugs.count)!r}; rename a --system"
         )
     result = Plan(
-        config, (*sets, *(parse_budget(budget) if budget else ())), variants, parse_seeds(seeds), Path(out)
+        config,
+        (*sets, *(parse_budget(budget) if budget else ())),
+        variants,
+        parse_seeds(seeds),
+        Path(runs_dir),
     )
     for run in result.runs[:: len(result.seeds)]:  # each variant's first run
         try:

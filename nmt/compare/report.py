@@ -1,12 +1,12 @@
-"""The comparison's report: Markdown tables and two figures, drawn from results.json alone, so
-the report regenerates without a model, a checkpoint or a translation."""
+"""The comparison's report: Markdown tables and its figures (curves, lengths, heatmaps), drawn
+from results.json alone, so the report regenerates without a model, a checkpoint or a translation."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from nmt.fileio import atomic_write_text
-from nmt.plots import pyplot, save_figure
+from nmt.plots import heatmap_figure, pyplot, save_figure
 
 
 def _spread(s: dict) -> str:
@@ -20,52 +20,79 @@ def _minutes(seconds: float) -> str:
 
 
 def curves_figure(results: dict, path: Path) -> None:
-    """Validation BLEU against training time: one colour per variant, one line per seed."""
+    """Validation BLEU against training time and against steps (a variant slower per step shows
+    apart there): one colour per variant, one line per seed."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     names = [v["name"] for v in results["variants"]]
-    for run in results["runs"]:
-        k = names.index(run["variant"])
-        points = [(c["seconds"] / 60, c["valid_bleu"]) for c in run["curve"]]
-        if points:
-            first = run["seed"] == results["seeds"][0]
-            ax.plot(
-                *zip(*points, strict=True),
-                color=colours[k % len(colours)],
-                linestyle="-" if k < len(colours) else "--",
-                alpha=0.85,
-                label=run["variant"] if first else None,
-            )
-    ax.set(xlabel="training time (minutes)", ylabel="validation BLEU", title="Validation BLEU while training")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    for ax, (x, unit, label) in zip(
+        axes, (("seconds", 60, "training time (minutes)"), ("step", 1, "training steps")), strict=True
+    ):
+        for run in results["runs"]:
+            k = names.index(run["variant"])
+            points = [(c[x] / unit, c["valid_bleu"]) for c in run["curve"]]
+            if points:
+                ax.plot(
+                    *zip(*points, strict=True),
+                    color=colours[k % len(colours)],
+                    linestyle="-" if k < len(colours) else "--",
+                    alpha=0.85,
+                    label=run["variant"] if run["seed"] == results["seeds"][0] else None,
+                )
+        ax.set(
+            xlabel=label, ylabel="validation BLEU", title=f"Validation BLEU against {label.split(' (')[0]}"
+        )
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
     fig.tight_layout()
     save_figure(fig, path)
 
 
 def lengths_figure(results: dict, path: Path) -> None:
-    """Test BLEU (mean over seeds) per reference-length bucket, one line per variant."""
+    """BLEU (mean over seeds) against source length, one panel per length group, one line per
+    variant, bars for the 95% bootstrap interval over sentences."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    labels = [
-        f"{b}\n(n={n})"
-        for b, n in zip(results["buckets"]["labels"], results["buckets"]["sentences"], strict=True)
-    ]
-    for variant in results["variants"]:
-        points = [(i, b) for i, b in enumerate(variant["bucket_bleu"]) if b is not None]
-        if points:
-            ax.plot(*zip(*points, strict=True), marker="o", label=variant["name"])
-    ax.set_xticks(range(len(labels)), labels)
-    ax.set(
-        xlabel="reference length in words (sentences)",
-        ylabel="BLEU (mean over seeds)",
-        title="BLEU by length",
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    groups = results["lengths"]
+    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 5), squeeze=False)
+    for ax, (group, info) in zip(axes.flat, groups.items(), strict=True):
+        for k, variant in enumerate(results["variants"]):
+            cells = [
+                (i, c["bleu"], c["ci"] or 0.0)
+                for i, c in enumerate(variant["lengths"][group])
+                if c["bleu"] is not None
+            ]
+            if cells:
+                xs, ys, errs = zip(*cells, strict=True)
+                shift = (k - (len(results["variants"]) - 1) / 2) * 0.04  # bars side by side, not on top
+                ax.errorbar(
+                    [x + shift for x in xs], ys, yerr=errs, marker="o", capsize=2, label=variant["name"]
+                )
+        ax.set_xticks(
+            range(len(info["labels"])),
+            [f"{b}\n(n={n})" for b, n in zip(info["labels"], info["sentences"], strict=True)],
+        )
+        ax.set(
+            xlabel="source length in words (lines)",
+            ylabel="BLEU (mean over seeds)",
+            title=f"{group}: {' + '.join(info['sets'])}",
+        )
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize="small")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def heatmaps_figure(results: dict, path: Path) -> None:
+    """Every variant's forced attention on the same reference, words merged, side by side."""
+    views = [(p["variant"], p["matrix"], p["source_words"], p["target_words"]) for p in results["heatmaps"]]
+    save_figure(heatmap_figure(views, min(3, len(views)), "words"), path)
+
+
+def _cell(c: dict) -> str:
+    if c["bleu"] is None:
+        return "-"
+    return f"{c['bleu']:.1f}" + ("" if c["ci"] is None else f" ± {c['ci']:.1f}")
 
 
 def markdown(results: dict, command: str) -> str:
@@ -77,15 +104,22 @@ def markdown(results: dict, command: str) -> str:
         "",
         f"Base config `{results['config']}` with `{' '.join(results['common_overrides'])}`; seeds {seeds}; "
         f"{results['split']} split, {results['sentences']} sentences, each run's {results['checkpoint']} "
-        "checkpoint. BLEU and chrF are sacreBLEU corpus scores; with several seeds, mean ± sd (min-max).",
+        "checkpoint. BLEU and chrF are sacreBLEU corpus scores; with several seeds, mean ± sd (min-max). "
+        "Training speed is the median of each run's logged target tokens/s, training memory the "
+        "largest peak resident set of a run's training process; decoding speed is on the "
+        f"{results['split']} split.",
         "",
-        "| variant | parameters | BLEU | chrF | steps | training (min) | decoding (sentences/s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| variant | parameters | BLEU | chrF | steps | training (min) | training (tokens/s) "
+        "| training memory (MiB) | decoding (sentences/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in results["variants"]:
+        speed = "-" if v["train_tokens_per_s"] is None else f"{v['train_tokens_per_s']:,}"
+        memory = "-" if v["train_peak_mib"] is None else f"{v['train_peak_mib']:,}"
         lines.append(
             f"| {v['name']} | {v['parameters']:,} | {_spread(v['BLEU'])} | {_spread(v['chrF'])} | "
-            f"{v['steps']:,} | {_minutes(v['train_seconds'])} | {v['decode_sentences_per_s']:.0f} |"
+            f"{v['steps']:,} | {_minutes(v['train_seconds'])} | {speed} | {memory} | "
+            f"{v['decode_sentences_per_s']:.0f} |"
         )
     boot = results["bootstrap"]
     lines += [
@@ -106,25 +140,71 @@ def markdown(results: dict, command: str) -> str:
         lines.append(
             f"| {c['variant']} | {c['bleu_difference']:+.2f} | {apart} | {p_values} | {c['verdict']} |"
         )
-    buckets = results["buckets"]
-    header = " | ".join(f"{b} (n={n})" for b, n in zip(buckets["labels"], buckets["sentences"], strict=True))
+    sets = results["sets"]
+    if len(sets) > 1:
+        lines += [
+            "",
+            "## Every test set",
+            "",
+            "BLEU, mean ± sd over seeds (min-max).",
+            "",
+            *(
+                f"- **{s['name']}**: {s['origin']}; {s['sentences']:,} lines, "
+                f"{s['source_words']:.1f} source words on average."
+                for s in sets
+            ),
+            "",
+            "| variant | " + " | ".join(s["name"] for s in sets) + " |",
+            "|---|" + "---:|" * len(sets),
+        ]
+        for v in results["variants"]:
+            lines.append(
+                f"| {v['name']} | " + " | ".join(_spread(v["scores"][s["name"]]["BLEU"]) for s in sets) + " |"
+            )
     lines += [
         "",
-        "## BLEU by length",
+        "## BLEU by source length",
         "",
-        f"BLEU of each bucket's sentences (by {buckets['by']}), mean over seeds; an empty bucket shows -.",
-        "",
-        f"| variant | {header} |",
-        "|---|" + "---:|" * len(buckets["labels"]),
+        "Each cell is the corpus BLEU of the bucket's lines, mean over seeds, ± the half-width of its "
+        f"95% bootstrap interval over lines ({boot['resamples']} resamples, mean over seeds); "
+        "an empty bucket shows -.",
     ]
-    for v in results["variants"]:
-        cells = " | ".join("-" if b is None else f"{b:.2f}" for b in v["bucket_bleu"])
-        lines.append(f"| {v['name']} | {cells} |")
+    for group, info in results["lengths"].items():
+        header = " | ".join(f"{b} (n={n})" for b, n in zip(info["labels"], info["sentences"], strict=True))
+        lines += [
+            "",
+            f"### {group}: {' + '.join(info['sets'])}",
+            "",
+            f"| variant | {header} |",
+            "|---|" + "---:|" * len(info["labels"]),
+        ]
+        for v in results["variants"]:
+            lines.append(f"| {v['name']} | " + " | ".join(_cell(c) for c in v["lengths"][group]) + " |")
     lines += [
+        "",
+        "![BLEU by source length](lengths.png)",
         "",
         "![validation BLEU against training time](curves.png)",
-        "",
-        "![BLEU by reference length](lengths.png)",
+    ]
+    if results["heatmaps"]:
+        first = results["heatmaps"][0]
+        missing = [
+            v["name"]
+            for v in results["variants"]
+            if v["name"] not in {p["variant"] for p in results["heatmaps"]}
+        ]
+        lines += [
+            "",
+            "## Attention on one reference",
+            "",
+            f"Each variant (seed {results['seeds'][0]}) forced to produce the reference of "
+            f"{results['split']} line {first['line']}, pieces merged into words: "
+            f"*{first['source']}* → *{first['reference']}*."
+            + (f" Without attention weights: {', '.join(missing)}." if missing else ""),
+            "",
+            "![forced attention of every variant](heatmaps.png)",
+        ]
+    lines += [
         "",
         "## Runs",
         "",
@@ -141,9 +221,11 @@ def markdown(results: dict, command: str) -> str:
 
 
 def write_report(results: dict, out: Path, command: str) -> Path:
-    """report.md, curves.png and lengths.png in `out`."""
+    """report.md, curves.png, lengths.png and (with a heatmap line) heatmaps.png in `out`."""
     curves_figure(results, out / "curves.png")
     lengths_figure(results, out / "lengths.png")
+    if results["heatmaps"]:
+        heatmaps_figure(results, out / "heatmaps.png")
     path = out / "report.md"
     atomic_write_text(path, markdown(results, command))
     return path

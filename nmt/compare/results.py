@@ -8,70 +8,45 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nmt.compare.decoding import DecodeSettings, decode_run
 from nmt.compare.plan import Plan, Run
-from nmt.errors import NMTError
-from nmt.evaluate.scoring import DEFAULT_BUCKETS, EvalOptions, evaluate, paired_p_values
-from nmt.fileio import atomic_write_text, read_lines
-from nmt.rundir import CHECKPOINTS, read_metrics
+from nmt.compare.runner import read_peak
+from nmt.compare.sets import EvalSet, length_groups
+from nmt.evaluate.scoring import (
+    DEFAULT_BUCKETS,
+    EvalOptions,
+    bleu_interval,
+    bucket_labels,
+    bucket_of,
+    paired_p_values,
+)
+from nmt.fileio import atomic_write_text
+from nmt.rundir import read_metrics
 
 SIGNIFICANT = 0.05
+FORMAT = 2  # of results.json: what `report` reads; older files are rebuilt by running nmt compare
 
 
 @dataclass(frozen=True)
 class Settings:
-    split: str = "test"  # a data split name (test, valid) of the config
-    checkpoint: str = "best"  # best, averaged or last: which of each run's checkpoints decodes
-    beam: int | None = None  # None: the config's decode.beam
-    buckets: tuple[int, ...] = DEFAULT_BUCKETS
-    bootstrap: int = 1000
-    device: str = "auto"
-
-
-def decode_run(run: Run, sources: list[str], settings: Settings) -> tuple[list[str], dict]:
-    """The run's translations of the split's `sources`, and how they were made (cached beside
-    the run: decoding again only when its checkpoint is newer than the translations)."""
-    from nmt.decode.translator import load_translator
-
-    checkpoint = run.dir / CHECKPOINTS / f"{settings.checkpoint}.pt"
-    if not checkpoint.is_file():
-        need = " (written when train.average_last is 2 or more)" if settings.checkpoint == "averaged" else ""
-        raise NMTError(f"{checkpoint}: no such checkpoint{need}")
-    stem = f"{settings.split}.{settings.checkpoint}.beam{settings.beam or 'cfg'}"
-    hyp_path, facts_path = run.dir / "compare" / f"{stem}.txt", run.dir / "compare" / f"{stem}.json"
-    if facts_path.is_file() and facts_path.stat().st_mtime >= checkpoint.stat().st_mtime:
-        return read_lines(hyp_path), json.loads(facts_path.read_text(encoding="utf-8"))
-    import torch
-
-    overrides = {"beam": settings.beam} if settings.beam else {}
-    translator = load_translator([checkpoint], overrides, settings.device)
-    start = time.perf_counter()
-    hyps = [t.text for t in translator.translate(sources, attention=False)]
-    seconds = time.perf_counter() - start
-    facts = {
-        "parameters": translator.info.parameters,
-        "beam": translator.cfg.beam,
-        "decode_seconds": round(seconds, 2),
-        "decode_sentences_per_s": round(len(hyps) / seconds, 1),
-        "threads": torch.get_num_threads(),
-        "device": str(translator.device),
-    }
-    atomic_write_text(hyp_path, "".join(h + "\n" for h in hyps))
-    atomic_write_text(facts_path, json.dumps(facts) + "\n")
-    return hyps, facts
+    decode: DecodeSettings = DecodeSettings()
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS  # by source words
+    bootstrap: int = 1000  # resamples, for the paired tests and each bucket's interval
 
 
 def training_facts(run: Run) -> dict:
-    """Steps, training time and validation curve of a run, from its metrics.jsonl."""
+    """Steps, training time, speed and validation curve of a run, from its metrics.jsonl."""
     entries = read_metrics(run.dir)
     valid = [(m["time"], m["step"], m["valid_bleu"]) for m in entries if "valid_bleu" in m and "time" in m]
+    speeds = [m["tgt_tokens_per_s"] for m in entries if "tgt_tokens_per_s" in m]
     return {
         "steps": max((m["step"] for m in entries), default=0),
         "train_seconds": max((m["time"] for m in entries if "time" in m), default=0.0),
+        "train_tokens_per_s": round(statistics.median(speeds)) if speeds else None,
         "best_valid_bleu": max((b for _, _, b in valid), default=None),
         "curve": [{"seconds": t, "step": s, "valid_bleu": round(b, 2)} for t, s, b in valid],
     }
@@ -124,35 +99,134 @@ def compare_to(baseline: dict, other: dict, runs: dict, refs: list[str], opts: E
     }
 
 
-def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], None]) -> dict:
-    """Decode and score every run and compare the variants; the dict `report` renders and
-    `results.json` keeps (everything but the translations, which stay beside each run)."""
-    from nmt.data.sources import load_split, split_name
+def corpus_scores(hyps: list[str], refs: list[str], opts: EvalOptions) -> dict:
+    from sacrebleu.metrics import BLEU, CHRF
 
-    cfg = plan.run_config(plan.runs[0])
-    pairs = load_split(cfg.data, split_name(cfg.data, settings.split))
-    sources, refs = [src for src, _ in pairs], [tgt for _, tgt in pairs]
+    return {
+        "BLEU": round(BLEU(tokenize=opts.tokenize).corpus_score(hyps, [refs]).score, 2),
+        "chrF": round(CHRF().corpus_score(hyps, [refs]).score, 2),
+    }
+
+
+def buckets_of(sources: list[str], bounds: tuple[int, ...]) -> list[list[int]]:
+    """The line indices of each source-length bucket (in words, as `nmt eval --by src` counts)."""
+    groups: list[list[int]] = [[] for _ in range(len(bounds) + 1)]
+    for i, line in enumerate(sources):
+        groups[bucket_of(len(line.split()), bounds)].append(i)
+    return groups
+
+
+def group_lines(members: list[EvalSet], hyps: dict[str, list[str]] | None = None) -> tuple[list, list, list]:
+    """A length group's sources, references and (with `hyps`) translations, set after set."""
+    return (
+        [line for s in members for line in s.sources],
+        [line for s in members for line in s.refs],
+        [line for s in members for line in hyps[s.name]] if hyps else [],
+    )
+
+
+def score_run(hyps: dict[str, list[str]], sets: list[EvalSet], opts: EvalOptions) -> dict:
+    """Corpus BLEU and chrF on every set, and per length group the BLEU of each source-length
+    bucket with the half-width of its 95% bootstrap interval over lines."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(tokenize=opts.tokenize)
+    lengths = {}
+    for group, members in length_groups(sets).items():
+        src, refs, out = group_lines(members, hyps)
+        lengths[group] = [
+            {
+                "bleu": round(bleu.corpus_score([out[i] for i in idx], [[refs[i] for i in idx]]).score, 2),
+                "ci": round(
+                    bleu_interval([out[i] for i in idx], [[refs[i] for i in idx]], opts.bootstrap, opts), 2
+                ),
+            }
+            if idx
+            else {"bleu": None, "ci": None}
+            for idx in buckets_of(src, opts.buckets)
+        ]
+    return {"scores": {s.name: corpus_scores(hyps[s.name], s.refs, opts) for s in sets}, "lengths": lengths}
+
+
+def length_summary(sets: list[EvalSet], bounds: tuple[int, ...]) -> dict:
+    """Each length group's sets, bucket labels and line counts (the same for every run)."""
+    return {
+        group: {
+            "sets": [s.name for s in members],
+            "labels": bucket_labels(bounds),
+            "sentences": [len(idx) for idx in buckets_of(group_lines(members)[0], bounds)],
+        }
+        for group, members in length_groups(sets).items()
+    }
+
+
+def mean_lengths(runs: list[dict], group: str) -> list[dict]:
+    """A variant's BLEU per bucket and its interval's half-width, each the mean over seeds."""
+    cells = []
+    for seeds in zip(*(r["lengths"][group] for r in runs), strict=True):
+        bleus, cis = [c["bleu"] for c in seeds], [c["ci"] for c in seeds]
+        cells.append(
+            {
+                "bleu": None if None in bleus else round(statistics.mean(bleus), 2),
+                "ci": None if None in cis else round(statistics.mean(cis), 2),
+            }
+        )
+    return cells
+
+
+def heatmaps(plan: Plan, runs: dict) -> list[dict]:
+    """The first seed's forced attention of every variant that has attention weights."""
+    panels = []
+    for variant in plan.variants:
+        view = runs[variant.name, plan.seeds[0]].get("heatmap")
+        if view and any(any(row) for row in view["matrix"]):
+            panels.append({"variant": variant.name, **view})
+    return panels
+
+
+def collect(
+    plan: Plan,
+    sets: list[EvalSet],
+    settings: Settings,
+    baseline: str,
+    hyps_dir: Path,
+    say: Callable[[str], None],
+) -> dict:
+    """Decode and score every run on every set and compare the variants; the dict `report`
+    renders and `results.json` keeps. Translations are cached in `hyps_dir`, one folder per run;
+    the forced attention is the first seed's."""
+    main = sets[0]
     opts = EvalOptions(buckets=settings.buckets, bootstrap=settings.bootstrap)
     runs: dict[tuple[str, int], dict] = {}
     for run in plan.runs:
-        hyps, facts = decode_run(run, sources, settings)
-        (scored,) = evaluate({"run": hyps}, [refs], replace(opts, bootstrap=0)).systems
-        runs[run.variant.name, run.seed] = {
+        decode = settings.decode if run.seed == plan.seeds[0] else replace(settings.decode, heatmap=None)
+        hyps, facts = decode_run(run, sets, decode, hyps_dir / run.variant.slug / f"seed{run.seed}")
+        scored = score_run(hyps, sets, opts)
+        runs[run.variant.name, run.seed] = entry = {
             "variant": run.variant.name,
             "seed": run.seed,
             "dir": str(run.dir),
-            "BLEU": round(scored.scores["BLEU"], 2),
-            "chrF": round(scored.scores["chrF"], 2),
-            "bucket_bleu": [None if b.bleu is None else round(b.bleu, 2) for b in scored.buckets],
-            **facts,
+            **scored["scores"][main.name],
+            **scored,
+            "parameters": facts["parameters"],
+            "beam": facts["beam"],
+            "threads": facts["threads"],
+            "device": facts["device"],
+            "decode_sentences_per_s": facts["sets"][main.name]["sentences_per_s"],
+            "heatmap": facts.get("heatmap"),
+            "train_peak_mib": read_peak(run),
             **training_facts(run),
-            "hyps": hyps,
+            "hyps": hyps[main.name],
         }
-        say(f"{run.variant.name}, seed {run.seed}: BLEU {runs[run.variant.name, run.seed]['BLEU']:.2f}")
+        say(
+            f"{run.variant.name}, seed {run.seed}: "
+            + ", ".join(f"{k} {v['BLEU']:.2f}" for k, v in entry["scores"].items())
+        )
     variants = []
     for variant in plan.variants:
         mine = [runs[variant.name, seed] for seed in plan.seeds]
-        per_bucket = list(zip(*(r["bucket_bleu"] for r in mine), strict=True))
+        speeds = [r["train_tokens_per_s"] for r in mine if r["train_tokens_per_s"]]
+        peaks = [r["train_peak_mib"] for r in mine if r["train_peak_mib"]]
         variants.append(
             {
                 "name": variant.name,
@@ -161,34 +235,44 @@ def collect(plan: Plan, settings: Settings, baseline: str, say: Callable[[str], 
                 "parameters": mine[0]["parameters"],
                 "BLEU": spread([r["BLEU"] for r in mine]),
                 "chrF": spread([r["chrF"] for r in mine]),
+                "scores": {
+                    s.name: {m: spread([r["scores"][s.name][m] for r in mine]) for m in ("BLEU", "chrF")}
+                    for s in sets
+                },
+                "lengths": {group: mean_lengths(mine, group) for group in mine[0]["lengths"]},
                 "steps": round(statistics.mean(r["steps"] for r in mine)),
                 "train_seconds": round(statistics.mean(r["train_seconds"] for r in mine), 1),
+                "train_tokens_per_s": round(statistics.mean(speeds)) if speeds else None,
+                "train_peak_mib": round(max(peaks)) if peaks else None,
                 "decode_sentences_per_s": round(
                     statistics.mean(r["decode_sentences_per_s"] for r in mine), 1
                 ),
-                "bucket_bleu": [
-                    None if None in scores else round(statistics.mean(scores), 2) for scores in per_bucket
-                ],
             }
         )
     base = next((v for v in variants if v["name"] == baseline), variants[0])
-    lengths = {  # the buckets' labels and sentence counts, the same for every run
-        "labels": [b.label for b in scored.buckets],
-        "sentences": [b.sentences for b in scored.buckets],
-        "by": "reference words",
-    }
     return {
+        "format": FORMAT,
         "config": plan.config,
         "common_overrides": list(plan.common),
         "seeds": list(plan.seeds),
-        "split": settings.split,
-        "sentences": len(refs),
-        "checkpoint": settings.checkpoint,
-        "buckets": lengths,
+        "split": main.name,
+        "sentences": len(main.refs),
+        "checkpoint": settings.decode.checkpoint,
+        "sets": [
+            {
+                "name": s.name,
+                "origin": s.origin,
+                "sentences": len(s.sources),
+                "source_words": round(statistics.mean(len(x.split()) for x in s.sources), 1),
+            }
+            for s in sets
+        ],
+        "lengths": length_summary(sets, settings.buckets),
         "variants": variants,
-        "comparisons": [compare_to(base, v, runs, refs, opts) for v in variants if v is not base],
+        "comparisons": [compare_to(base, v, runs, main.refs, opts) for v in variants if v is not base],
         "bootstrap": {"resamples": settings.bootstrap, "seed": opts.seed, "significance_level": SIGNIFICANT},
-        "runs": [{k: v for k, v in r.items() if k != "hyps"} for r in runs.values()],
+        "heatmaps": heatmaps(plan, runs),
+        "runs": [{k: v for k, v in r.items() if k not in ("hyps", "heatmap")} for r in runs.values()],
         "baseline": base["name"],
     }
 

@@ -126,6 +126,21 @@ def paired_p_values(systems: dict[str, list[str]], refs: list[list[str]], chosen
     }
 
 
+def bleu_interval(hyps: list[str], refs: list[list[str]], resamples: int, opts: EvalOptions) -> float:
+    """Half-width of the 95% bootstrap interval of corpus BLEU (sacreBLEU's resampling, seeded;
+    at least 40 resamples, as sacreBLEU cuts 1/40 of them at each end). A BLEU object of its own:
+    sacreBLEU writes the resample count into the metric's signature."""
+    from sacrebleu.metrics import BLEU
+
+    if resamples < 40:
+        raise NMTError(f"a 95% interval needs at least 40 bootstrap resamples, not {resamples}")
+    with _sacrebleu_seed(opts.seed):
+        score = BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase).corpus_score(
+            hyps, refs, n_bootstrap=resamples
+        )
+    return float(score._ci)
+
+
 def evaluate(
     systems: dict[str, list[str]],
     refs: list[list[str]],

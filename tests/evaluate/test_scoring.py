@@ -10,7 +10,8 @@ import sacrebleu
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from nmt.evaluate.scoring import EvalOptions, evaluate
+from nmt.errors import NMTError
+from nmt.evaluate.scoring import EvalOptions, bleu_interval, evaluate
 from nmt.fileio import atomic_write_text
 from tests.conftest import MULTI30K
 
@@ -85,6 +86,16 @@ def test_bootstrap_is_reproducible_and_identical_systems_are_not_significant():
     assert first.systems[2].p_values == {"BLEU": 1.0, "chrF": 1.0, "TER": 1.0}
     assert all(b.p_bleu is not None for b in first.systems[1].buckets if b.sentences)
     assert "seed 7" in first.significance
+
+
+def test_bleu_interval_is_seeded_and_narrows_with_more_sentences():
+    _, refs, a, _ = corpus()
+    opts = EvalOptions(seed=7)
+    ci = bleu_interval(a, [refs], 200, opts)
+    assert ci == bleu_interval(a, [refs], 200, opts) > 0  # the same seed, the same interval
+    assert bleu_interval(a * 4, [refs * 4], 200, opts) < ci  # 4x the lines: about half as wide
+    with pytest.raises(NMTError, match="at least 40"):
+        bleu_interval(a, [refs], 10, opts)
 
 
 def write_corpus(tmp_path):

@@ -123,6 +123,20 @@ def test_a_sentence_decodes_the_same_alone_and_in_a_padded_batch(style, feeding)
     torch.testing.assert_close(weights[1, :, :3], alone_weights[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("feeding", [False, True], ids=["luong", "luong-if"])
+def test_luong_concat_is_the_additive_score_in_luong_order(feeding):
+    """v^T tanh(W[h_t; h_s]) = v^T tanh(W_q h_t + W_k h_s): Luong's concat and Bahdanau's score
+    (without its bias, the default) in a Luong decoder are one model, weight for weight, so the
+    study lists them as one system."""
+    torch.manual_seed(0)
+    additive = Seq2Seq(model_config("luong", "bahdanau", input_feeding=feeding), V, V).eval()
+    concat = Seq2Seq(model_config("luong", "concat", input_feeding=feeding), V, V).eval()
+    concat.load_state_dict(additive.state_dict())  # the same parameters, names and shapes
+    src, src_len, tgt_in = batch()
+    for got, want in zip(concat(src, src_len, tgt_in), additive(src, src_len, tgt_in), strict=True):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 def test_tied_embeddings_share_one_tensor():
     cfg = model_config("bahdanau", "bahdanau")
     cfg.tie_embeddings = True
