@@ -70,8 +70,9 @@ def decode_run(
     stem = f"{settings.checkpoint}.beam{settings.beam or 'cfg'}"
     facts_path = cache / f"{stem}.json"
     facts = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else {}
-    if facts.get("checkpoint") != checkpoint_identity(checkpoint):
-        facts = {"checkpoint": checkpoint_identity(checkpoint), "sets": {}}
+    identity = checkpoint_identity(checkpoint)
+    if facts.get("checkpoint") != identity:
+        facts = {"checkpoint": identity, "sets": {}}
     done = facts["sets"]
     paths = {s.name: cache / f"{s.name}.{stem}.txt.gz" for s in sets}
     todo = [s for s in sets if done.get(s.name, {}).get("digest") != s.digest or not paths[s.name].is_file()]

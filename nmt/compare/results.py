@@ -20,8 +20,9 @@ from nmt.evaluate.scoring import (
     DEFAULT_BUCKETS,
     EvalOptions,
     bleu_interval,
+    bucket_indices,
     bucket_labels,
-    bucket_of,
+    metrics,
     paired_p_values,
 )
 from nmt.fileio import atomic_write_text
@@ -76,8 +77,6 @@ def verdict(separated: bool | None, significant: int, seeds: int) -> str:
 def compare_to(baseline: dict, other: dict, runs: dict, refs: list[str], opts: EvalOptions) -> dict:
     """The other variant against the baseline: the mean difference, whether their seed ranges
     are apart, and the paired bootstrap p-value of BLEU for each seed both have."""
-    from sacrebleu.metrics import BLEU
-
     base, mine = baseline["BLEU"], other["BLEU"]
     separated = None
     if len(baseline["seeds"]) > 1 and len(other["seeds"]) > 1:
@@ -86,7 +85,7 @@ def compare_to(baseline: dict, other: dict, runs: dict, refs: list[str], opts: E
     for seed in sorted(set(baseline["seeds"]) & set(other["seeds"])):
         pair = {"baseline": runs[baseline["name"], seed]["hyps"], "other": runs[other["name"], seed]["hyps"]}
         p_values[str(seed)] = round(
-            paired_p_values(pair, [refs], {"BLEU": BLEU(tokenize=opts.tokenize)}, opts)["other"]["BLEU"], 4
+            paired_p_values(pair, [refs], {"BLEU": metrics(opts)["BLEU"]}, opts)["other"]["BLEU"], 4
         )
     significant = sum(p < SIGNIFICANT for p in p_values.values())
     return {
@@ -97,23 +96,6 @@ def compare_to(baseline: dict, other: dict, runs: dict, refs: list[str], opts: E
         "p_values": p_values,
         "verdict": verdict(separated, significant, len(p_values)),
     }
-
-
-def corpus_scores(hyps: list[str], refs: list[str], opts: EvalOptions) -> dict:
-    from sacrebleu.metrics import BLEU, CHRF
-
-    return {
-        "BLEU": round(BLEU(tokenize=opts.tokenize).corpus_score(hyps, [refs]).score, 2),
-        "chrF": round(CHRF().corpus_score(hyps, [refs]).score, 2),
-    }
-
-
-def buckets_of(sources: list[str], bounds: tuple[int, ...]) -> list[list[int]]:
-    """The line indices of each source-length bucket (in words, as `nmt eval --by src` counts)."""
-    groups: list[list[int]] = [[] for _ in range(len(bounds) + 1)]
-    for i, line in enumerate(sources):
-        groups[bucket_of(len(line.split()), bounds)].append(i)
-    return groups
 
 
 def group_lines(members: list[EvalSet], hyps: dict[str, list[str]] | None = None) -> tuple[list, list, list]:
@@ -128,24 +110,31 @@ def group_lines(members: list[EvalSet], hyps: dict[str, list[str]] | None = None
 def score_run(hyps: dict[str, list[str]], sets: list[EvalSet], opts: EvalOptions) -> dict:
     """Corpus BLEU and chrF on every set, and per length group the BLEU of each source-length
     bucket with the half-width of its 95% bootstrap interval over lines."""
-    from sacrebleu.metrics import BLEU
-
-    bleu = BLEU(tokenize=opts.tokenize)
+    chosen = metrics(opts)
+    bleu, chrf = chosen["BLEU"], chosen["chrF"]
+    scores = {
+        s.name: {
+            "BLEU": round(bleu.corpus_score(hyps[s.name], [s.refs]).score, 2),
+            "chrF": round(chrf.corpus_score(hyps[s.name], [s.refs]).score, 2),
+        }
+        for s in sets
+    }
     lengths = {}
     for group, members in length_groups(sets).items():
         src, refs, out = group_lines(members, hyps)
-        lengths[group] = [
-            {
-                "bleu": round(bleu.corpus_score([out[i] for i in idx], [[refs[i] for i in idx]]).score, 2),
-                "ci": round(
-                    bleu_interval([out[i] for i in idx], [[refs[i] for i in idx]], opts.bootstrap, opts), 2
-                ),
-            }
-            if idx
-            else {"bleu": None, "ci": None}
-            for idx in buckets_of(src, opts.buckets)
-        ]
-    return {"scores": {s.name: corpus_scores(hyps[s.name], s.refs, opts) for s in sets}, "lengths": lengths}
+        cells = []
+        for idx in bucket_indices(src, opts.buckets):
+            sub_out, sub_refs = [out[i] for i in idx], [[refs[i] for i in idx]]
+            cells.append(
+                {
+                    "bleu": round(bleu.corpus_score(sub_out, sub_refs).score, 2),
+                    "ci": round(bleu_interval(sub_out, sub_refs, opts.bootstrap, opts), 2),
+                }
+                if idx
+                else {"bleu": None, "ci": None}
+            )
+        lengths[group] = cells
+    return {"scores": scores, "lengths": lengths}
 
 
 def length_summary(sets: list[EvalSet], bounds: tuple[int, ...]) -> dict:
@@ -154,7 +143,7 @@ def length_summary(sets: list[EvalSet], bounds: tuple[int, ...]) -> dict:
         group: {
             "sets": [s.name for s in members],
             "labels": bucket_labels(bounds),
-            "sentences": [len(idx) for idx in buckets_of(group_lines(members)[0], bounds)],
+            "sentences": [len(idx) for idx in bucket_indices(group_lines(members)[0], bounds)],
         }
         for group, members in length_groups(sets).items()
     }

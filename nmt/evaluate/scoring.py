@@ -69,6 +69,14 @@ def bucket_of(length: int, bounds: tuple[int, ...]) -> int:
     return len(bounds)
 
 
+def bucket_indices(lines: list[str], bounds: tuple[int, ...]) -> list[list[int]]:
+    """The indices of the lines in each length bucket, by their words."""
+    groups: list[list[int]] = [[] for _ in range(len(bounds) + 1)]
+    for i, line in enumerate(lines):
+        groups[bucket_of(len(line.split()), bounds)].append(i)
+    return groups
+
+
 def parse_buckets(text: str) -> tuple[int, ...]:
     try:
         bounds = tuple(int(x) for x in text.split(","))
@@ -170,10 +178,7 @@ def evaluate(
         exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs[0], strict=True)) / n
         reports.append(SystemReport(name, scores, exact))
 
-    side = src if opts.by == "src" else refs[0]
-    groups: list[list[int]] = [[] for _ in range(len(opts.buckets) + 1)]
-    for i, line in enumerate(side):
-        groups[bucket_of(len(line.split()), opts.buckets)].append(i)
+    groups = bucket_indices(src if opts.by == "src" else refs[0], opts.buckets)
     compare = len(systems) > 1 and opts.bootstrap > 0
     chrf_name = list(chosen)[1]
     for label, idx in zip(bucket_labels(opts.buckets), groups, strict=True):
