@@ -72,7 +72,9 @@ bench-serve: install
 # hours on 2 CPU cores, then about half an hour of decoding. Finished runs (study-runs/) and
 # translations (docs/study/hyps/) are reused, so it resumes where it stopped. STUDY_ARGS="--seeds 1"
 # for one seed, "--budget 3m" for a quick look, "--report-only" to redraw docs/study/report.md and
-# its figures from docs/study/results.json.
+# its figures from docs/study/results.json. Then two tests of why (seed 1, about 45 minutes):
+# input feeding at equal steps instead of equal time (docs/study/equal-steps), and two systems
+# trained on joined pairs too (data.join=4), for the length stress test (docs/study/joined-training).
 MULTI30K   ?= ../shared/data/multi30k
 IWSLT14    ?= ../shared/data/iwslt14
 STUDY_ARGS ?=
@@ -93,6 +95,17 @@ study: install
 	  --baseline 'Bahdanau (paper)' --seeds 1,2,3 --budget 15m --jobs 2 --threads 1 \
 	  --join 2,3,4 --extra iwslt=$(IWSLT14)/valid --heatmap 17 --runs study-runs -o docs/study \
 	  $(STUDY_ARGS)
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) \
+	  --system 'general: model.attention.type=general' \
+	  --system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	  --seeds 1 --budget 2300steps --jobs 2 --threads 1 --join 2,3,4 \
+	  --runs study-runs/equal-steps -o docs/study/equal-steps $(STUDY_ARGS)
+	$(NMT) data prepare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4 \
+	  --system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
+	  --system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	  --seeds 1 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
+	  --runs study-runs/joined-training -o docs/study/joined-training $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache study-runs

@@ -54,6 +54,9 @@ class DataConfig:
     hf_data_files: dict[str, str] | None = setting(None, "format hf: split name -> file pattern for builders")
     max_len: int = setting(100, "training pairs with more subwords on either side are dropped")
     max_ratio: float = setting(9.0, "and pairs whose subword lengths differ by more than this factor")
+    join: int = setting(
+        0, "K >= 2: also train on every 2, 3 .. K consecutive training pairs joined into one (long inputs)"
+    )
     normalize: Literal["NFC", "NFKC", "none"] = setting("NFC", "Unicode normalisation of every input")
     errors: Literal["strict", "replace"] = setting("strict", "invalid UTF-8: stop, or replace with U+FFFD")
     cache_dir: str = setting("data/cache", "encoded splits and tokenizers, keyed by a fingerprint")
@@ -498,6 +501,8 @@ def validate(cfg: Config, source: str) -> None:
         fail("model.tie_embeddings", f"needs model.embedding == decoder.hidden ({dec.hidden})")
     if cfg.tokenizer.sampling_alpha and cfg.tokenizer.type != "unigram":
         fail("tokenizer.sampling_alpha", "subword regularisation needs type unigram")
+    if cfg.data.join == 1 or cfg.data.join < 0:
+        fail("data.join", f"must be 0 (off) or at least 2 (join runs of 2 .. K pairs), got {cfg.data.join}")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
 

@@ -14,7 +14,7 @@ from nmt.cli import app
 from nmt.compare.decoding import read_hyps
 from nmt.compare.plan import parse_budget, parse_system, parse_vary, plan
 from nmt.compare.results import verdict
-from nmt.compare.sets import check_line, joined, length_groups, parse_extra, parse_join
+from nmt.compare.sets import check_line, length_groups, parse_extra, parse_join
 from nmt.errors import NMTError
 from nmt.fileio import read_lines
 
@@ -82,9 +82,7 @@ def test_verdicts():
     assert verdict(None, 1, 1).startswith("bootstrap only")
 
 
-def test_joined_lines_and_their_options():
-    assert joined(["a b", "c", "d", "e", "f"], 2) == ["a b c", "d e"]  # a last, shorter run is dropped
-    assert joined(["a", "b", "c"], 3) == ["a b c"]
+def test_join_and_extra_options():
     assert parse_join("2,3,4") == (2, 3, 4) and parse_join(None) == ()
     for bad in ("1", "2,2", "two"):
         with pytest.raises(NMTError, match="--join"):
@@ -158,7 +156,9 @@ def test_compare_trains_scores_reports_and_reuses(toy_dir, tmp_path):
         assert 100 < run["train_peak_mib"] < 4000  # a torch process's own peak: measured
         hyps = out / "hyps" / run["variant"].replace("=", "-") / f"seed{run['seed']}"
         test_hyps = read_hyps(hyps / "test.best.beamcfg.txt.gz")
-        assert run["BLEU"] == round(sacrebleu.corpus_bleu(test_hyps, [refs]).score, 2)  # real scores
+        bleu = sacrebleu.corpus_bleu(test_hyps, [refs])
+        assert run["BLEU"] == round(bleu.score, 2)  # real scores
+        assert run["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 3)
         other = read_hyps(hyps / "other.best.beamcfg.txt.gz")
         assert run["scores"]["other"]["BLEU"] == round(sacrebleu.corpus_bleu(other, [other_refs]).score, 2)
         assert len(read_hyps(hyps / "joined-3.best.beamcfg.txt.gz")) == len(refs) // 3
@@ -180,6 +180,7 @@ def test_compare_trains_scores_reports_and_reuses(toy_dir, tmp_path):
     report = (out / "report.md").read_text()
     assert "| type=general | " in report and "## Against type=dot" in report
     assert "### stress: test + joined-2 + joined-3" in report and "## Every test set" in report
+    assert "Length ratio: output tokens / reference tokens" in report
     for png in ("curves", "lengths", "heatmaps"):
         assert (out / f"{png}.png").stat().st_size > 10_000
 

@@ -84,6 +84,28 @@ def test_prepare_caches_and_rebuilds_when_a_setting_changes(toy_dir, tmp_path):
     assert changed.dropped["longer than 12 subwords"] > 0
 
 
+def test_joining_adds_longer_pairs_of_the_same_text(toy_dir, tmp_path):
+    from nmt.data.joining import joined, joined_pairs
+
+    assert joined(["a b", "c", "d", "e", "f"], 2) == ["a b c", "d e"]  # a last, shorter run is dropped
+    pairs = [(f"s{i}", f"t{i}") for i in range(7)]
+    assert joined_pairs(pairs, 3) == [("s0 s1", "t0 t1"), ("s2 s3", "t2 t3"), ("s4 s5", "t4 t5"),
+                                      ("s0 s1 s2", "t0 t1 t2"), ("s3 s4 s5", "t3 t4 t5")]  # fmt: skip
+    assert joined_pairs(pairs, 0) == []
+
+    overrides = [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}", "data.max_len=200"]
+    plain = prepare(load_config("toy-luong.yaml", overrides), ())
+    longer = prepare(load_config("toy-luong.yaml", [*overrides, "data.join=3"]), ())
+    n = len(plain.train)
+    assert len(longer.train) == n + n // 2 + n // 3 and longer.cache_dir != plain.cache_dir
+    first = longer.train.src[n].tolist()  # pairs 1 and 2 of the file as one: the same pieces
+    assert first == plain.train.src[0].tolist() + plain.train.src[1].tolist()
+    models = [d.tokenizers.src.sp.serialized_model_proto() for d in (plain, longer)]
+    assert models[0] == models[1]  # the tokenizer learns from each sentence once
+    bad = runner.invoke(app, ["data", "prepare", "-c", "toy-luong.yaml", "--set", "data.join=1"])
+    assert bad.exit_code == 2 and "data.join: must be 0 (off) or at least 2" in bad.output
+
+
 def test_a_tampered_cached_tokenizer_is_detected(toy_dir, tmp_path):
     cfg = load_config("toy-luong.yaml", [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}"])
     data = prepare(cfg, ())

@@ -161,6 +161,20 @@ def markdown(results: dict, command: str) -> str:
             lines.append(
                 f"| {v['name']} | " + " | ".join(_spread(v["scores"][s["name"]]["BLEU"]) for s in sets) + " |"
             )
+        lines += [
+            "",
+            "Length ratio: output tokens / reference tokens, as BLEU counts them (below 1, the "
+            "translations are short and BLEU's brevity penalty applies), mean ± sd over seeds.",
+            "",
+            "| variant | " + " | ".join(s["name"] for s in sets) + " |",
+            "|---|" + "---:|" * len(sets),
+        ]
+        for v in results["variants"]:
+            lines.append(
+                f"| {v['name']} | "
+                + " | ".join(_spread(v["scores"][s["name"]]["length_ratio"]) for s in sets)
+                + " |"
+            )
     lines += [
         "",
         "## BLEU by source length",
@@ -208,14 +222,17 @@ def markdown(results: dict, command: str) -> str:
         "",
         "## Runs",
         "",
-        "| variant | seed | BLEU | chrF | steps | training (min) | best valid BLEU | decoding threads |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | seed | BLEU | chrF | steps | training (min) | training (tokens/s) "
+        "| training memory (MiB) | best valid BLEU | decoding threads |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["runs"]:
         best = "-" if r["best_valid_bleu"] is None else f"{r['best_valid_bleu']:.2f}"
+        speed = "-" if r["train_tokens_per_s"] is None else f"{r['train_tokens_per_s']:,}"
+        memory = "-" if r["train_peak_mib"] is None else f"{round(r['train_peak_mib']):,}"
         lines.append(
             f"| {r['variant']} | {r['seed']} | {r['BLEU']:.2f} | {r['chrF']:.2f} | {r['steps']:,} | "
-            f"{_minutes(r['train_seconds'])} | {best} | {r['threads']} |"
+            f"{_minutes(r['train_seconds'])} | {speed} | {memory} | {best} | {r['threads']} |"
         )
     return "\n".join(lines) + "\n"
 

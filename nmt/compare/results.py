@@ -29,7 +29,8 @@ from nmt.fileio import atomic_write_text
 from nmt.rundir import read_metrics
 
 SIGNIFICANT = 0.05
-FORMAT = 2  # of results.json: what `report` reads; older files are rebuilt by running nmt compare
+SET_METRICS = ("BLEU", "chrF", "length_ratio")  # per evaluation set, spread over seeds
+FORMAT = 3  # of results.json: what `report` reads; older files are rebuilt by running nmt compare
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,19 @@ def group_lines(members: list[EvalSet], hyps: dict[str, list[str]] | None = None
 
 
 def score_run(hyps: dict[str, list[str]], sets: list[EvalSet], opts: EvalOptions) -> dict:
-    """Corpus BLEU and chrF on every set, and per length group the BLEU of each source-length
-    bucket with the half-width of its 95% bootstrap interval over lines."""
+    """Corpus BLEU, chrF and the length ratio (output / reference tokens, as BLEU counts them:
+    below 1 a model stops early) on every set, and per length group the BLEU of each
+    source-length bucket with the half-width of its 95% bootstrap interval over lines."""
     chosen = metrics(opts)
     bleu, chrf = chosen["BLEU"], chosen["chrF"]
-    scores = {
-        s.name: {
-            "BLEU": round(bleu.corpus_score(hyps[s.name], [s.refs]).score, 2),
+    scores = {}
+    for s in sets:
+        corpus = bleu.corpus_score(hyps[s.name], [s.refs])
+        scores[s.name] = {
+            "BLEU": round(corpus.score, 2),
             "chrF": round(chrf.corpus_score(hyps[s.name], [s.refs]).score, 2),
+            "length_ratio": round(corpus.sys_len / max(1, corpus.ref_len), 3),
         }
-        for s in sets
-    }
     lengths = {}
     for group, members in length_groups(sets).items():
         src, refs, out = group_lines(members, hyps)
@@ -225,7 +228,7 @@ def collect(
                 "BLEU": spread([r["BLEU"] for r in mine]),
                 "chrF": spread([r["chrF"] for r in mine]),
                 "scores": {
-                    s.name: {m: spread([r["scores"][s.name][m] for r in mine]) for m in ("BLEU", "chrF")}
+                    s.name: {m: spread([r["scores"][s.name][m] for r in mine]) for m in SET_METRICS}
                     for s in sets
                 },
                 "lengths": {group: mean_lengths(mine, group) for group in mine[0]["lengths"]},

@@ -2,9 +2,9 @@
 joined into one (a length stress test made of real text), and extra parallel files (an
 out-of-domain test), grouped for BLEU by source length.
 
-Joining is how length can be tested on a corpus of short sentences: the joined lines are the text
-every model saw one sentence at a time, only longer, so a model that loses its way on long inputs
-shows it there and nowhere else.
+Joining is how length can be tested on a corpus of short sentences: the joined lines are text of
+the kind every model saw one sentence at a time, only longer, so a model that loses its way on long
+inputs (or stops after the first sentence) shows it there.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from nmt.config import Config
+from nmt.data.joining import joined
 from nmt.errors import NMTError
 
 STRESS = "stress"  # the length group of the split and its joined lines
@@ -33,11 +34,6 @@ class EvalSet:
     def digest(self) -> str:
         """Identifies the lines, so cached translations of other lines are never reused."""
         return hashlib.sha1("\n".join(self.sources).encode()).hexdigest()[:16]
-
-
-def joined(lines: list[str], k: int) -> list[str]:
-    """Each run of k consecutive lines as one line (a last, shorter run is dropped)."""
-    return [" ".join(lines[i : i + k]) for i in range(0, len(lines) - k + 1, k)]
 
 
 def parse_join(text: str | None) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from nmt.config import Config
 from nmt.data.cleaning import clean_pairs, describe_dropped, length_filter, normalize
 from nmt.data.corpus import EncodedCorpus, Side
+from nmt.data.joining import joined_pairs
 from nmt.data.sources import Pairs, load_split
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
 from nmt.errors import NMTError
@@ -61,6 +62,8 @@ def fingerprint(cfg: Config, train_digest: str) -> str:
         "max_ratio": d.max_ratio,
         "tokenizer": {k: v for k, v in vars(t).items() if k != "sampling_alpha"},
     }
+    if d.join:  # only when set, so that the caches made before it existed stay current
+        settings["join"] = d.join
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -87,8 +90,9 @@ def prepare(
         cleaned, dropped = clean_pairs(raw_train, cfg.data)
         if not cleaned:
             raise NMTError("data: the training set is empty after dropping pairs with an empty side")
-        tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)
-        encoded = encode([s for s, _ in cleaned], [t for _, t in cleaned], tok)
+        tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)  # on each sentence once
+        pairs = cleaned + joined_pairs(cleaned, cfg.data.join)
+        encoded = encode([s for s, _ in pairs], [t for _, t in pairs], tok)
         keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
         dropped += too_long
         if not keep:
@@ -167,8 +171,9 @@ def _write_cache(
 
 
 def train_text(cfg: Config) -> Pairs:
-    """The cleaned training pairs as text, for subword sampling."""
-    return clean_pairs(load_split(cfg.data, "train"), cfg.data)[0]
+    """The cleaned training pairs (and the joined ones) as text, for subword sampling."""
+    cleaned = clean_pairs(load_split(cfg.data, "train"), cfg.data)[0]
+    return cleaned + joined_pairs(cleaned, cfg.data.join)
 
 
 def sampled_train(cfg: Config, cleaned: Pairs, tok: TokenizerPair, seed: int) -> EncodedCorpus:

@@ -472,6 +472,8 @@ class Trainer:
     def _spent(self) -> tuple[float, float, float]:
         """Epochs (the current one in part), wall-clock seconds, and seconds spent validating."""
         p = self.progress
+        if p.batch_in_epoch and not self.epoch_batches:  # a finished run reopened: no epoch started
+            self.epoch_batches = len(self._epoch_batches())
         return p.epoch + p.batch_in_epoch / max(1, self.epoch_batches), self.elapsed(), p.valid_seconds
 
     def _budget_share(self) -> float:

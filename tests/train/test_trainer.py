@@ -159,6 +159,8 @@ def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
     assert len(seconds) == 2 and all(s > 0 for s in seconds)
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
     assert state["progress"]["valid_seconds"] == pytest.approx(sum(seconds), abs=0.05)
+    again = runner.invoke(app, ["train", "--resume", str(run), "-q"])  # finished mid-epoch: nothing to do
+    assert "already finished" in again.stdout and "3.33 epochs" in again.stdout, again.output
     more = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=15", "-q"])
     assert more.exit_code == 0 and "trained 15 steps" in more.stdout, more.output
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
