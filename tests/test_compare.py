@@ -30,10 +30,12 @@ SMALL = [
 
 
 def test_budgets():
-    assert parse_budget("20m") == ("train.max_time=1200", "train.max_steps=100000000")
+    assert parse_budget("20m") == ("train.max_time=1200", "train.max_steps=100000000", "train.max_epochs=0")
     assert parse_budget("90s")[0] == "train.max_time=90"
     assert parse_budget("1.5h")[0] == "train.max_time=5400"
-    assert parse_budget("3000steps") == parse_budget("3000") == ("train.max_steps=3000",)
+    # a step budget is not cut short by the config's own time or epoch limit
+    assert parse_budget("3000steps") == parse_budget("3000")
+    assert parse_budget("3000") == ("train.max_steps=3000", "train.max_time=0", "train.max_epochs=0")
     for bad in ("fast", "0m", "1.5steps", "20 parsecs"):
         with pytest.raises(NMTError, match="--budget"):
             parse_budget(bad)

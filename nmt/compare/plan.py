@@ -63,7 +63,8 @@ class Plan:
 
 def parse_budget(text: str) -> tuple[str, ...]:
     """'20m', '90s', '1.5h' -> a wall-clock budget (train.max_time); '3000' or '3000steps' -> a
-    step budget (train.max_steps). Time budgets lift the step limit, so the clock decides."""
+    step budget (train.max_steps). Each lifts the config's other limits, so that it alone decides
+    (a step budget cut short by the config's max_time would compare unequal steps)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|steps?)?\s*", text)
     if not match or float(match.group(1)) <= 0:
         raise NMTError(
@@ -73,8 +74,9 @@ def parse_budget(text: str) -> tuple[str, ...]:
     if unit.startswith("step"):
         if not value.is_integer():
             raise NMTError(f"--budget {text!r}: a step budget is a whole number of steps")
-        return (f"train.max_steps={int(value)}",)
-    return (f"train.max_time={value * BUDGET_UNITS[unit]:g}", "train.max_steps=100000000")
+        return (f"train.max_steps={int(value)}", "train.max_time=0", "train.max_epochs=0")
+    seconds = value * BUDGET_UNITS[unit]
+    return (f"train.max_time={seconds:g}", "train.max_steps=100000000", "train.max_epochs=0")
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
