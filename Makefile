@@ -72,21 +72,25 @@ bench-serve: install
 # hours on 2 CPU cores, then about half an hour of decoding. Finished runs (study-runs/) and
 # translations (docs/study/hyps/) are reused, so it resumes where it stopped. STUDY_ARGS="--seeds 1"
 # for one seed, "--budget 3m" for a quick look, "--report-only" to redraw docs/study/report.md and
-# its figures from docs/study/results.json. Then two tests of why (seed 1, about 45 minutes):
-# input feeding at equal steps instead of equal time (docs/study/equal-steps), and two systems
-# trained on joined pairs too (data.join=4), for the length stress test (docs/study/joined-training).
+# its figures from docs/study/results.json. Then three tests of why (seed 1, about 75 minutes):
+# input feeding at equal steps instead of equal time (docs/study/equal-steps), Bahdanau's decoder
+# and the best Luong one at other learning rates (the recipe's was tuned on Luong;
+# docs/study/learning-rate), and two systems trained on joined pairs too (data.join=4), for the
+# length stress test (docs/study/joined-training).
 MULTI30K   ?= ../shared/data/multi30k
 IWSLT14    ?= ../shared/data/iwslt14
 STUDY_ARGS ?=
+BAHDANAU      := model.decoder.style=bahdanau, model.decoder.input_feeding=false, \
+	model.decoder.bridge=backward, model.attention.type=bahdanau
+GENERAL_NO_IF := model.attention.type=general, model.decoder.input_feeding=false
 STUDY_SYSTEMS := \
 	--system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
-	--system 'Bahdanau (paper): model.decoder.style=bahdanau, model.decoder.input_feeding=false, \
-	  model.decoder.bridge=backward, model.attention.type=bahdanau' \
+	--system 'Bahdanau (paper): $(BAHDANAU)' \
 	--system 'additive = concat, Luong order: model.attention.type=concat' \
 	--system 'dot: model.attention.type=dot' \
 	--system 'dot, no input feeding: model.attention.type=dot, model.decoder.input_feeding=false' \
 	--system 'general: model.attention.type=general' \
-	--system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	--system 'general, no input feeding: $(GENERAL_NO_IF)' \
 	--system 'local-m: model.attention.type=local_m' \
 	--system 'local-p: model.attention.type=local_p' \
 	--system 'multi-head (4): model.attention.type=multihead'
@@ -97,13 +101,20 @@ study: install
 	  $(STUDY_ARGS)
 	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) \
 	  --system 'general: model.attention.type=general' \
-	  --system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	  --system 'general, no input feeding: $(GENERAL_NO_IF)' \
 	  --seeds 1 --budget 2300steps --jobs 2 --threads 1 --join 2,3,4 \
 	  --runs study-runs/equal-steps -o docs/study/equal-steps $(STUDY_ARGS)
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) \
+	  --system 'Bahdanau (paper), lr 0.002: $(BAHDANAU), train.lr=0.002' \
+	  --system 'Bahdanau (paper), lr 0.005: $(BAHDANAU), train.lr=0.005' \
+	  --system 'Bahdanau (paper), lr 0.008: $(BAHDANAU), train.lr=0.008' \
+	  --system 'general, no input feeding, lr 0.005: $(GENERAL_NO_IF), train.lr=0.005' \
+	  --seeds 1 --budget 15m --jobs 2 --threads 1 \
+	  --runs study-runs/learning-rate -o docs/study/learning-rate $(STUDY_ARGS)
 	$(NMT) data prepare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4
 	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4 \
 	  --system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
-	  --system 'general, no input feeding: model.attention.type=general, model.decoder.input_feeding=false' \
+	  --system 'general, no input feeding: $(GENERAL_NO_IF)' \
 	  --seeds 1 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
 	  --runs study-runs/joined-training -o docs/study/joined-training $(STUDY_ARGS)
 
