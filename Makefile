@@ -83,8 +83,9 @@ STUDY_ARGS ?=
 BAHDANAU      := model.decoder.style=bahdanau, model.decoder.input_feeding=false, \
 	model.decoder.bridge=backward, model.attention.type=bahdanau
 GENERAL_NO_IF := model.attention.type=general, model.decoder.input_feeding=false
+NO_ATTENTION  := model.attention.type=none, model.decoder.input_feeding=false
 STUDY_SYSTEMS := \
-	--system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
+	--system 'no attention: $(NO_ATTENTION)' \
 	--system 'Bahdanau (paper): $(BAHDANAU)' \
 	--system 'additive = concat, Luong order: model.attention.type=concat' \
 	--system 'dot: model.attention.type=dot' \
@@ -113,7 +114,7 @@ study: install
 	  --runs study-runs/learning-rate -o docs/study/learning-rate $(STUDY_ARGS)
 	$(NMT) data prepare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4
 	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) --set data.join=4 \
-	  --system 'no attention: model.attention.type=none, model.decoder.input_feeding=false' \
+	  --system 'no attention: $(NO_ATTENTION)' \
 	  --system 'general, no input feeding: $(GENERAL_NO_IF)' \
 	  --seeds 1 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
 	  --runs study-runs/joined-training -o docs/study/joined-training $(STUDY_ARGS)
