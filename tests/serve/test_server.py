@@ -181,7 +181,11 @@ def test_health_info_page_and_log_lines(server):
     with urllib.request.urlopen(server.url + "/heatmap.js") as js:
         assert "var NMTHeatmap" in js.read().decode()  # the explorer's heatmap module
     server.post({"texts": ["5.6.1990", "7.8.1991"]})
-    assert re.search(r"POST /translate 200 2 sentences [\d.]+ ms", server.log.read_text())
+    # The line is written once the response has gone out, so the client can read the log first.
+    deadline = time.monotonic() + 10
+    while not re.search(r"POST /translate 200 2 sentences [\d.]+ ms", server.log.read_text()):
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.05)
 
 
 def test_a_full_queue_answers_503_and_a_slow_request_504(model, tmp_path):
