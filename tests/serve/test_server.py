@@ -51,6 +51,16 @@ def request(req):
         return e.code, e.headers, json.loads(e.read())
 
 
+def wait_for_log(log: Path, pattern: str, process: subprocess.Popen, seconds: float) -> re.Match:
+    """The first match of `pattern` in the server's log, polled while the server lives."""
+    deadline = time.monotonic() + seconds
+    while not (found := re.search(pattern, log.read_text())):
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"no {pattern!r} in the log:\n{log.read_text()}"
+        time.sleep(0.05)
+    return found
+
+
 @contextlib.contextmanager
 def running_server(model: Path, log: Path, *options: str):
     """A server subprocess on a free port; stopped (and reaped) at the end whatever happens."""
@@ -58,11 +68,7 @@ def running_server(model: Path, log: Path, *options: str):
     with open(log, "w") as err:
         process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=err)
     try:
-        deadline = time.monotonic() + 120
-        while not (found := re.search(r"on (http://\S+) ", log.read_text())):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+        found = wait_for_log(log, r"on (http://\S+) ", process, seconds=120)
         yield Server(process, found.group(1), log)
     finally:
         if process.poll() is None:
@@ -182,10 +188,7 @@ def test_health_info_page_and_log_lines(server):
         assert "var NMTHeatmap" in js.read().decode()  # the explorer's heatmap module
     server.post({"texts": ["5.6.1990", "7.8.1991"]})
     # The line is written once the response has gone out, so the client can read the log first.
-    deadline = time.monotonic() + 10
-    while not re.search(r"POST /translate 200 2 sentences [\d.]+ ms", server.log.read_text()):
-        assert time.monotonic() < deadline, server.log.read_text()
-        time.sleep(0.05)
+    wait_for_log(server.log, r"POST /translate 200 2 sentences [\d.]+ ms", server.process, seconds=10)
 
 
 def test_a_full_queue_answers_503_and_a_slow_request_504(model, tmp_path):
