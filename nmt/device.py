@@ -38,7 +38,7 @@ def environment_report() -> str:
     import sacrebleu
     import sentencepiece
 
-    from nmt import __version__
+    from nmt import __version__, allocator
 
     cuda = torch.cuda.is_available()
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
@@ -49,6 +49,7 @@ def environment_report() -> str:
         f"CUDA available: {cuda}" + (f" ({', '.join(devices)})" if devices else ""),
         f"MPS available: {torch.backends.mps.is_available()}",
         f"threads: {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
+        f"memory allocator: {allocator.describe()}",
         f"sentencepiece {sentencepiece.__version__}, sacrebleu {sacrebleu.__version__}, "
         f"numpy {numpy.__version__}",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import secrets
 import shutil
@@ -75,23 +76,65 @@ def read_lines(path: Path, errors: str = "strict", hint: str = "") -> list[str]:
     `errors="replace"` turns invalid bytes into U+FFFD instead of stopping.
     """
     path = Path(path)
+    _check_readable(path)
+    return decode_lines(path.read_bytes(), str(path), errors, hint)
+
+
+def _check_readable(path: Path) -> None:
     if not path.exists():
         raise NMTError(f"{path}: file not found")
     if path.is_dir():
         raise NMTError(f"{path}: is a directory, not a text file")
-    return decode_lines(path.read_bytes(), str(path), errors, hint)
 
 
-def decode_lines(data: bytes, where: str, errors: str = "strict", hint: str = "") -> list[str]:
-    """UTF-8 bytes -> lines; a bad byte is one error naming `where` and the line number."""
+def line_chunks(
+    f: IO[bytes], where: str, size: int, errors: str = "strict", hint: str = ""
+) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, lines) of a binary file, `size` lines at a time: a file of
+    any length is read in the memory of one chunk."""
+    first = 1
+    while raw := list(itertools.islice(f, size)):
+        yield first, decode_lines(b"".join(raw), where, errors, hint, first)
+        first += len(raw)
+
+
+def iter_lines(path: Path, errors: str = "strict") -> Iterator[str]:
+    """The lines of a UTF-8 text file, read as they are needed (a missing file fails here, not
+    at the first line)."""
+    path = Path(path)
+    _check_readable(path)
+
+    def lines() -> Iterator[str]:
+        with open(path, "rb") as f:
+            for _, chunk in line_chunks(f, str(path), 10_000, errors):
+                yield from chunk
+
+    return lines()
+
+
+def count_lines(path: Path) -> int:
+    """How many lines `read_lines` would return, counted without decoding (for progress bars)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")
+
+
+def decode_lines(
+    data: bytes, where: str, errors: str = "strict", hint: str = "", first_line: int = 1
+) -> list[str]:
+    """UTF-8 bytes -> lines; a bad byte is one error naming `where` and the line number
+    (counted from `first_line`, for a file read a chunk at a time)."""
     try:
         text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
+        line = first_line + data[: e.start].count(b"\n")
         raise NMTError(
             f"{where}: line {line} is not valid UTF-8; re-encode the file as UTF-8{hint}"
         ) from None
-    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the first line
+    if first_line == 1:
+        text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the first line
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -113,12 +113,12 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     cfg = bench_config(style, attention, feeding, directory, toy)
     data = prepare(cfg, held_out=())  # the joint 8k tokenizer and encoded data, cached between runs
     tok, examples = data.tokenizers, data.train
-    epoch = length_grouped_batches(examples, 64, seed=1, epoch=0)
+    epoch = list(length_grouped_batches(examples, 64, seed=1, epoch=0))
     # The epoch's largest batch (most padded target positions) goes first, untimed, so that the
     # peak memory is the epoch's peak and not that of whichever batches the sample holds.
-    largest = max(epoch, key=lambda b: len(b) * int(examples.tgt.lengths[b].max()))
+    largest = max(range(len(epoch)), key=lambda k: len(epoch[k]) * int(examples.tgt.lengths[epoch[k]].max()))
     warmup = max(warmup, 1)
-    batches = [largest] + [b for b in epoch if b is not largest][: warmup - 1 + steps]
+    batches = [epoch[largest]] + [b for k, b in enumerate(epoch) if k != largest][: warmup - 1 + steps]
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -221,7 +221,8 @@ def run_roofline() -> dict:
     }
     # every case shares the data settings, so one set of batches serves them all
     data = prepare(bench_config(*CASES[ROOFLINE_CASES[0]], directory, toy), held_out=())
-    batches = [collate(data.train, b) for b in length_grouped_batches(data.train, 64, seed=1, epoch=0)[:200]]
+    plan = length_grouped_batches(data.train, 64, seed=1, epoch=0)
+    batches = [collate(data.train, plan[k]) for k in range(min(200, len(plan)))]
     tokens = sum(b.n_tgt_tokens for b in batches)
     cases = {}
     for name in ROOFLINE_CASES:

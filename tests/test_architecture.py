@@ -14,7 +14,7 @@ PACKAGE = Path(nmt.__file__).parent
 
 # Lowest first; a module may import from a lower layer, or from its own package (the same prefix).
 LAYERS = [
-    ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words"],
+    ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words", "nmt.allocator"],
     ["nmt.fileio", "nmt.config", "nmt.device", "nmt.hub"],
     ["nmt.plots", "nmt.rundir"],
     ["nmt.data"],

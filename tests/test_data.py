@@ -89,12 +89,28 @@ def test_length_grouped_batches_cover_everything_once_and_vary_by_epoch(toy_dir)
     pairs = read_parallel(toy_dir / "train.human", toy_dir / "train.iso")
     corpus = EncodedCorpus.from_lists([[5] * (len(s) // 3 + 1) for s, _ in pairs], [[5] for _ in pairs])
     epoch0 = length_grouped_batches(corpus, 32, seed=1, epoch=0)
+
+    def listed(plan):
+        return [b.tolist() for b in plan]
+
     assert sorted(i for b in epoch0 for i in b) == list(range(len(corpus)))
-    assert epoch0 == length_grouped_batches(corpus, 32, seed=1, epoch=0)
-    assert epoch0 != length_grouped_batches(corpus, 32, seed=1, epoch=1)
+    assert listed(epoch0) == listed(length_grouped_batches(corpus, 32, seed=1, epoch=0))
+    assert listed(epoch0) != listed(length_grouped_batches(corpus, 32, seed=1, epoch=1))
     lengths = corpus.src.lengths
     spread = sum(int(lengths[b].max() - lengths[b].min()) for b in epoch0)
     assert spread / len(epoch0) < 2  # similar lengths share a batch
+
+
+def test_process_shards_are_disjoint_and_equally_long(toy_dir):
+    pairs = read_parallel(toy_dir / "train.human", toy_dir / "train.iso")
+    corpus = EncodedCorpus.from_lists([[5] * (len(s) // 3 + 1) for s, _ in pairs], [[5] for _ in pairs])
+    plan = length_grouped_batches(corpus, 64, seed=1, epoch=0)
+    for world in (2, 3):
+        shards = [[set(b.tolist()) for b in plan.shard(rank, world)] for rank in range(world)]
+        assert len({len(s) for s in shards}) == 1 and len(shards[0]) == len(plan) // world
+        seen = [i for shard in shards for batch in shard for i in batch]
+        assert len(seen) == len(set(seen))  # no pair on two processes
+        assert shards[0][0] == set(plan[0].tolist()) and shards[1][0] == set(plan[1].tolist())
 
 
 def test_an_unreachable_hub_fails_in_seconds(monkeypatch):

@@ -174,15 +174,27 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
     assert '"BLEU": 100.0' in result.stdout
 
 
-def test_a_damaged_data_cache_is_rebuilt(toy_dir, tmp_path):
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda train: (train / "src.tokens").write_bytes((train / "src.tokens").read_bytes()[:-2]),
+        lambda train: (train / "tgt.offsets").unlink(),
+        lambda train: (train / "src.lengths").write_bytes(b"x"),
+        lambda train: (train.parent / "meta.json").write_text("{"),
+    ],
+    ids=["truncated tokens", "missing offsets", "short lengths", "bad meta.json"],
+)
+def test_a_damaged_data_cache_is_rebuilt(toy_dir, tmp_path, damage):
     cfg = tiny_config(toy_dir, data={"cache_dir": str(tmp_path / "cache")}, train={"max_steps": 2})
     from nmt.data.prepare import prepare
 
     first = prepare(cfg)
-    (first.cache_dir / "train.npz").write_bytes(b"truncated")
+    tokens = first.train.src.tokens.tolist()  # read before the damage: the arrays map the files
+    damage(first.cache_dir / "train")
     again = prepare(cfg)
-    assert not again.from_cache and len(again.train) == len(first.train)
+    assert not again.from_cache and again.train.src.tokens.tolist() == tokens
     assert prepare(cfg).from_cache
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.cache_dir.name]  # nothing left aside
 
 
 # -- real faults in real processes --------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,10 +70,37 @@ def collate(corpus: EncodedCorpus, indices) -> Batch:
     return batch
 
 
+@dataclass
+class EpochPlan:
+    """One epoch's batches as three arrays instead of lists of lists (a few bytes a pair, so
+    millions of pairs cost megabytes): `order` holds the pair indices batch after batch, batch b
+    is `order[starts[b]:starts[b + 1]]`, and `sequence` is the order the batches are trained in."""
+
+    order: np.ndarray  # (N,) int32
+    starts: np.ndarray  # (n_batches + 1,) int64
+    sequence: np.ndarray  # (n,) int64 batch numbers
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        b = self.sequence[k]
+        return self.order[self.starts[b] : self.starts[b + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[k] for k in range(len(self)))
+
+    def shard(self, rank: int, world: int) -> EpochPlan:
+        """Every world-th batch from `rank` (disjoint across ranks), all shards equally long so
+        that no process waits for a step the others never take."""
+        usable = len(self) - len(self) % world
+        return EpochPlan(self.order, self.starts, self.sequence[rank:usable:world])
+
+
 def length_grouped_batches(
     corpus: EncodedCorpus, batch_size: int, seed: int, epoch: int, batch_type: str = "sentences"
-) -> list[list[int]]:
-    """Index lists of similar-length sentences, in a seeded random order that differs by epoch.
+) -> EpochPlan:
+    """Batches of similar-length sentences, in a seeded random order that differs by epoch.
 
     Sentences are shuffled, cut into pools of ~POOL_BATCHES batches, sorted by target length
     (then source length) inside each pool, and cut into batches of `batch_size` sentences, or of
@@ -82,35 +109,41 @@ def length_grouped_batches(
     decoder pays for every padded target position step by step, while the packed encoder skips
     source padding: on Multi30k (64 sentences) this pads 1% of target positions instead of 22%.
     """
-    rng = random.Random(seed * 100_003 + epoch)
-    src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
-    order = list(range(len(corpus)))
+    rng = np.random.default_rng([seed, epoch])
+    src_len, tgt_len = corpus.src.lengths, corpus.tgt.lengths
+    order = np.arange(len(corpus), dtype=np.int32)
     rng.shuffle(order)
     per_pool = POOL_BATCHES * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
-    batches: list[list[int]] = []
+    starts: list[np.ndarray] = []
     for start in range(0, len(order), per_pool):
-        chunk = sorted(order[start : start + per_pool], key=lambda i: (tgt_len[i], src_len[i]))
+        pool = order[start : start + per_pool]
+        pool[:] = pool[np.lexsort((src_len[pool], tgt_len[pool]))]  # stable: ties stay shuffled
         if batch_type == "sentences":
-            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-            continue
-        current: list[int] = []
-        longest_src = longest_tgt = 0
-        for i in chunk:
-            s, t = max(longest_src, src_len[i]), max(longest_tgt, tgt_len[i])
-            if current and (len(current) + 1) * (s + t) > batch_size:
-                batches.append(current)
-                current, s, t = [], src_len[i], tgt_len[i]
-            current.append(i)
-            longest_src, longest_tgt = s, t
-        if current:
-            batches.append(current)
-    rng.shuffle(batches)
-    return batches
+            starts.append(np.arange(start, start + len(pool), batch_size, dtype=np.int64))
+        else:
+            with_eos = [lengths[pool].astype(np.int64) + 1 for lengths in (src_len, tgt_len)]
+            cuts = _token_cuts(with_eos[0].tolist(), with_eos[1].tolist(), batch_size)
+            starts.append(start + np.asarray(cuts, dtype=np.int64))
+    bounds = np.concatenate([*starts, [len(order)]]) if starts else np.zeros(1, dtype=np.int64)
+    return EpochPlan(order, bounds, rng.permutation(len(bounds) - 1))
 
 
-def padding_efficiency(corpus: EncodedCorpus, batches: list[list[int]]) -> tuple[float, float]:
+def _token_cuts(src_len: list[int], tgt_len: list[int], budget: int) -> list[int]:
+    """Where each batch of a sorted pool starts, when a batch holds at most `budget` padded
+    tokens (a single longer pair still gets a batch of its own)."""
+    cuts, count, longest_src, longest_tgt = [0], 0, 0, 0
+    for i, (s, t) in enumerate(zip(src_len, tgt_len, strict=True)):
+        s, t = max(longest_src, s), max(longest_tgt, t)
+        if count and (count + 1) * (s + t) > budget:
+            cuts.append(i)
+            count, s, t = 0, src_len[i], tgt_len[i]
+        count, longest_src, longest_tgt = count + 1, s, t
+    return cuts
+
+
+def padding_efficiency(corpus: EncodedCorpus, batches: Iterable[np.ndarray]) -> tuple[float, float]:
     """Real tokens / tokens including padding, for the source and the target (each with EOS)."""
-    src_len, tgt_len = corpus.src.lengths + 1, corpus.tgt.lengths + 1
+    src_len, tgt_len = (side.lengths.astype(np.int64) + 1 for side in (corpus.src, corpus.tgt))
     sides = []
     for lengths in (src_len, tgt_len):
         real = sum(int(lengths[b].sum()) for b in batches)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
 
 from nmt.config import DataConfig
 
@@ -15,7 +18,7 @@ def normalize(text: str, form: str) -> str:
     return " ".join(text.split())
 
 
-def clean_pairs(pairs: list[tuple[str, str]], cfg: DataConfig) -> tuple[list[tuple[str, str]], Counter]:
+def clean_pairs(pairs: Iterable[tuple[str, str]], cfg: DataConfig) -> tuple[list[tuple[str, str]], Counter]:
     """Normalise every pair and drop those with an empty side; `Counter` says how many and why."""
     kept, dropped = [], Counter()
     for src, tgt in pairs:
@@ -27,17 +30,17 @@ def clean_pairs(pairs: list[tuple[str, str]], cfg: DataConfig) -> tuple[list[tup
     return kept, dropped
 
 
-def length_filter(src_lens, tgt_lens, cfg: DataConfig) -> tuple[list[int], Counter]:
+def length_filter(src_lens, tgt_lens, cfg: DataConfig) -> tuple[np.ndarray, Counter]:
     """Indices of the pairs to keep by subword length; the rest are counted by reason."""
-    keep, dropped = [], Counter()
-    for i, (s, t) in enumerate(zip(src_lens, tgt_lens, strict=True)):
-        if s > cfg.max_len or t > cfg.max_len:
-            dropped[f"longer than {cfg.max_len} subwords"] += 1
-        elif max(s, t) > cfg.max_ratio * max(1, min(s, t)):
-            dropped[f"length ratio above {cfg.max_ratio:g}"] += 1
-        else:
-            keep.append(i)
-    return keep, dropped
+    s, t = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
+    too_long = (s > cfg.max_len) | (t > cfg.max_len)
+    lopsided = ~too_long & (np.maximum(s, t) > cfg.max_ratio * np.maximum(1, np.minimum(s, t)))
+    dropped = Counter()
+    if too_long.any():
+        dropped[f"longer than {cfg.max_len} subwords"] = int(too_long.sum())
+    if lopsided.any():
+        dropped[f"length ratio above {cfg.max_ratio:g}"] = int(lopsided.sum())
+    return np.flatnonzero(~(too_long | lopsided)), dropped
 
 
 def describe_dropped(dropped: Counter) -> str:

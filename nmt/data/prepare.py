@@ -1,8 +1,11 @@
 """Raw parallel text -> cleaned, tokenised, encoded splits, cached on disk by a fingerprint.
 
 The cache key covers the raw training text, the cleaning and tokenizer settings: change any and
-the data is re-encoded; change none and it loads from compact arrays. Validation and test are
-normalised but never filtered, and their raw references are kept for scoring.
+the data is re-encoded; change none and it loads at once (memory-mapped). The training split is
+streamed a chunk at a time, so a corpus of millions of pairs is prepared in the memory of one
+chunk plus the tokenizer's sample, and the cache appears complete or not at all: it is built in
+a folder of its own and renamed into place at the end. Validation and test are normalised but
+never filtered, and their raw references are kept for scoring.
 """
 
 from __future__ import annotations
@@ -10,21 +13,28 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import random
+import secrets
+import shutil
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nmt.config import Config
+import numpy as np
+
+from nmt.config import Config, DataConfig
 from nmt.data.cleaning import clean_pairs, describe_dropped, length_filter, normalize
-from nmt.data.corpus import EncodedCorpus, Side
+from nmt.data.corpus import CorpusWriter, EncodedCorpus, Side
 from nmt.data.joining import joined_pairs
-from nmt.data.sources import Pairs, load_split
+from nmt.data.sources import Chunk, DatasetPairs, Pairs, TextPairs, load_split, train_pairs
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write_text
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the training split as memory-mapped flat files, keyed by the files' bytes
+CHUNK = 20_000  # training pairs encoded at a time
 
 
 @dataclass
@@ -50,6 +60,10 @@ def digest(pairs: Pairs) -> str:
     return h.hexdigest()
 
 
+def tokenizer_key(tok: TokenizerPair) -> str:
+    return hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
+
+
 def fingerprint(cfg: Config, train_digest: str) -> str:
     """Everything the encoded training data depends on."""
     d, t = cfg.data, cfg.tokenizer
@@ -62,46 +76,52 @@ def fingerprint(cfg: Config, train_digest: str) -> str:
         "max_ratio": d.max_ratio,
         "tokenizer": {k: v for k, v in vars(t).items() if k != "sampling_alpha"},
     }
-    if d.join:  # only when set, so that the caches made before it existed stay current
+    if d.join:
         settings["join"] = d.join
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def encode(sources: list[str], targets: list[str], tok: TokenizerPair) -> EncodedCorpus:
     """Already normalised text -> compact arrays."""
-    return EncodedCorpus(
-        Side.encode(tok.src.encode_batch, sources), Side.encode(tok.tgt.encode_batch, targets)
-    )
+    return EncodedCorpus.from_lists(tok.src.encode_batch(sources), tok.tgt.encode_batch(targets))
+
+
+def training_pairs(chunk: Chunk, cfg: DataConfig) -> tuple[Pairs, Counter]:
+    """A chunk's pairs as training sees them: cleaned, and with their joined runs (`data.join`;
+    runs stay inside the chunk)."""
+    cleaned, dropped = clean_pairs(zip(chunk.sources, chunk.targets, strict=True), cfg)
+    return cleaned + joined_pairs(cleaned, cfg.join), dropped
+
+
+def encode_training_chunk(chunk: Chunk, cfg: DataConfig, tok: TokenizerPair) -> tuple[EncodedCorpus, Counter]:
+    """One chunk cleaned, joined, encoded and filtered by length, with its drops by reason."""
+    pairs, dropped = training_pairs(chunk, cfg)
+    encoded = encode([s for s, _ in pairs], [t for _, t in pairs], tok)
+    keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg)
+    return (encoded.select(keep) if len(keep) < len(encoded) else encoded), dropped + too_long
 
 
 def prepare(
-    cfg: Config, held_out: tuple[str, ...] = ("valid",), tokenizers: TokenizerPair | None = None
+    cfg: Config,
+    held_out: tuple[str, ...] = ("valid",),
+    tokenizers: TokenizerPair | None = None,
+    progress: bool = False,
 ) -> PreparedData:
     """Training data and the `held_out` splits, from the cache when it is current. `tokenizers`
-    (from a checkpoint, when resuming) are used instead of training or loading the cached ones."""
-    raw_train = load_split(cfg.data, "train")
-    key = fingerprint(cfg, digest(raw_train))
-    cache = Path(cfg.data.cache_dir) / key
+    (from a checkpoint, when resuming) are used instead of training or loading the cached ones.
+    `progress` shows a bar (pairs/s and time left) while the training split is encoded."""
+    source = train_pairs(cfg.data)
+    scan = source.scan()
+    cache = Path(cfg.data.cache_dir) / fingerprint(cfg, scan.digest)
     cached = _read_cache(cache, tokenizers)
+    if cached is None and tokenizers is not None and (cache / "meta.json").is_file():
+        # made with other tokenizers than these (a checkpoint's, when resuming): one of their own
+        cache = cache.with_name(f"{cache.name}-{tokenizer_key(tokenizers)}")
+        cached = _read_cache(cache, tokenizers)
     usable = cached is not None
-    if cached is not None:
-        tok, train, dropped = cached
-    else:
-        cleaned, dropped = clean_pairs(raw_train, cfg.data)
-        if not cleaned:
-            raise NMTError("data: the training set is empty after dropping pairs with an empty side")
-        tok = tokenizers or TokenizerPair.train(cleaned, cfg.tokenizer)  # on each sentence once
-        pairs = cleaned + joined_pairs(cleaned, cfg.data.join)
-        encoded = encode([s for s, _ in pairs], [t for _, t in pairs], tok)
-        keep, too_long = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
-        dropped += too_long
-        if not keep:
-            raise NMTError(
-                f"data: no training pair left after filtering ({dict(dropped)}); check data.max_len"
-            )
-        train = encoded.select(keep) if len(keep) < len(encoded) else encoded
-        _write_cache(cache, tok, train, dropped, cfg)
-
+    if cached is None:
+        cached = _build_cache(cache, cfg, source, scan.pairs, tokenizers, progress)
+    tok, train, dropped = cached
     return PreparedData(
         tok, train, {name: _held_out(cfg, name, tok, cache) for name in held_out}, dropped, cache, usable
     )
@@ -118,9 +138,94 @@ def _read_cache(cache: Path, tokenizers: TokenizerPair | None):
         tok = _cached_tokenizers(cache, meta)
         if tokenizers is not None and tokenizers.to_state() != tok.to_state():
             return None
-        return tok, EncodedCorpus.load(cache / "train.npz"), Counter(meta["dropped"])
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, zipfile.BadZipFile):
+        return tok, EncodedCorpus.open(cache / "train", meta["layout"]), Counter(meta["dropped"])
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError):
         return None
+
+
+def _build_cache(
+    cache: Path,
+    cfg: Config,
+    source: TextPairs | DatasetPairs,
+    pairs: int,
+    tok: TokenizerPair | None,
+    progress: bool,
+):
+    """Encode the training split into a folder of its own, then rename it to `cache`: a crash,
+    a bad line or a full disk half way leaves no cache that a later run could take for whole."""
+    from tqdm.auto import tqdm
+
+    damaged = (cache / "meta.json").is_file()  # complete once, unreadable now
+    tok = tok or TokenizerPair.train(_tokenizer_sample(cfg, source, pairs), cfg.tokenizer)
+    _remove_abandoned(cache)
+    partial = cache.with_name(f"{cache.name}.partial-{os.getpid()}-{secrets.token_hex(3)}")
+    dropped: Counter = Counter()
+    bar = tqdm(total=pairs, unit=" pairs", unit_scale=True, desc="encoding", disable=not progress or None)
+    try:
+        (partial / "train").mkdir(parents=True)
+        vocab = max(len(tok.src), len(tok.tgt))
+        with bar, CorpusWriter(partial / "train", vocab, cfg.data.max_len) as writer:
+            for chunk in source.chunks(CHUNK):
+                encoded, chunk_dropped = encode_training_chunk(chunk, cfg.data, tok)
+                writer.append(encoded)
+                dropped += chunk_dropped
+                bar.update(len(chunk))
+        if dropped["empty side"] == pairs:
+            raise NMTError("data: the training set is empty after dropping pairs with an empty side")
+        if not writer.pairs:
+            raise NMTError(
+                f"data: no training pair left after filtering ({dict(dropped)}); check data.max_len"
+            )
+        _write_cache_files(partial, tok, writer.layout, dropped, cfg)
+        _publish(partial, cache, damaged)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return tok, EncodedCorpus.open(cache / "train", writer.layout), dropped
+
+
+def _tokenizer_sample(cfg: Config, source: TextPairs | DatasetPairs, pairs: int) -> Pairs:
+    """The cleaned training pairs the tokenizer learns from: every pair while the corpus fits
+    in `tokenizer.input_sentence_size` sentences, else a seeded uniform sample of that many, so
+    memory stops growing with the corpus here too."""
+    per_pair = 2 if cfg.tokenizer.joint else 1  # a joint model sees both sides of a pair
+    wanted = max(1, cfg.tokenizer.input_sentence_size // per_pair)
+    chosen = None if pairs <= wanted else np.sort(random.Random(0).sample(range(pairs), wanted))
+    sample: Pairs = []
+    for chunk in source.chunks(CHUNK):
+        if chosen is None:
+            sample += clean_pairs(zip(chunk.sources, chunk.targets, strict=True), cfg.data)[0]
+            continue
+        lo, hi = np.searchsorted(chosen, [chunk.first - 1, chunk.first - 1 + len(chunk)])
+        picked = ((chunk.sources[i], chunk.targets[i]) for i in chosen[lo:hi] - (chunk.first - 1))
+        sample += clean_pairs(picked, cfg.data)[0]
+    if not sample:
+        raise NMTError("data: the training set is empty after dropping pairs with an empty side")
+    return sample
+
+
+def _remove_abandoned(cache: Path) -> None:
+    """Partial folders of this cache left by processes that no longer run (killed mid-way)."""
+    for partial in cache.parent.glob(f"{cache.name}.partial-*"):
+        pid = partial.name.split("-")[-2]
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pid), 0)
+            continue  # still running: another process is building the same cache
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _publish(partial: Path, cache: Path, damaged: bool) -> None:
+    """Rename the finished folder to `cache`. A damaged cache there is moved aside first; a
+    whole one another process published meanwhile is kept (it holds the same data)."""
+    if damaged or (cache.exists() and not (cache / "meta.json").is_file()):
+        aside = cache.with_name(f"{cache.name}.damaged-{secrets.token_hex(3)}")
+        with contextlib.suppress(OSError):
+            cache.rename(aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        partial.rename(cache)
+    except OSError:
+        if not (cache / "meta.json").is_file():
+            raise
 
 
 def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
@@ -128,8 +233,7 @@ def _held_out(cfg: Config, name: str, tok: TokenizerPair, cache: Path) -> Split:
     form = cfg.data.normalize
     pairs = [(normalize(s, form), t) for s, t in raw]  # the reference stays as written
     # Keyed by the text and the tokenizer: a change in either must never read old arrays.
-    tok_key = hashlib.sha256(tok.src.model_bytes + tok.tgt.model_bytes).hexdigest()[:8]
-    path = cache / f"{name}-{digest(raw)[:16]}-{tok_key}.npz"
+    path = cache / f"{name}-{digest(raw)[:16]}-{tokenizer_key(tok)}.npz"
     corpus = None
     if path.is_file():
         with contextlib.suppress(OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -152,42 +256,37 @@ def _cached_tokenizers(cache: Path, meta: dict) -> TokenizerPair:
     return TokenizerPair.from_state(state)
 
 
-def _write_cache(
-    cache: Path, tok: TokenizerPair, train: EncodedCorpus, dropped: Counter, cfg: Config
-) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
+def _write_cache_files(folder: Path, tok: TokenizerPair, layout: dict, dropped: Counter, cfg: Config) -> None:
     state = tok.to_state()
     for side, model in state.items():
-        (cache / f"{side}.model").write_bytes(model)
-    train.save(cache / "train.npz")
+        (folder / f"{side}.model").write_bytes(model)
     meta = {
         "dropped": dict(dropped),
-        "pairs": len(train),
+        "pairs": layout["pairs"],
+        "layout": layout,
         "config": {"data": vars(cfg.data), "tokenizer": vars(cfg.tokenizer)},
         "tokenizer_sha256": {side: hashlib.sha256(m).hexdigest() for side, m in state.items()},
     }
-    # written last: its presence marks the cache complete
-    atomic_write_text(cache / "meta.json", json.dumps(meta, indent=1))
+    atomic_write_text(folder / "meta.json", json.dumps(meta, indent=1))
 
 
-def train_text(cfg: Config) -> Pairs:
-    """The cleaned training pairs (and the joined ones) as text, for subword sampling."""
-    cleaned = clean_pairs(load_split(cfg.data, "train"), cfg.data)[0]
-    return cleaned + joined_pairs(cleaned, cfg.data.join)
-
-
-def sampled_train(cfg: Config, cleaned: Pairs, tok: TokenizerPair, seed: int) -> EncodedCorpus:
+def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:
     """Subword regularisation (Kudo 2018): the training text segmented afresh (seeded), then
-    filtered by length as usual."""
+    filtered by length as usual; streamed like `prepare`, held as compact arrays."""
     import sentencepiece as spm
 
     spm.set_random_generator_seed(seed)
     alpha = cfg.tokenizer.sampling_alpha
-    encoded = EncodedCorpus.from_lists(
-        _sample(tok.src, [s for s, _ in cleaned], alpha), _sample(tok.tgt, [t for _, t in cleaned], alpha)
-    )
-    keep, _ = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
-    return encoded.select(keep)
+    parts = []
+    for chunk in train_pairs(cfg.data).chunks(CHUNK):
+        pairs, _ = training_pairs(chunk, cfg.data)
+        encoded = EncodedCorpus(
+            Side.from_lists(_sample(tok.src, [s for s, _ in pairs], alpha)),
+            Side.from_lists(_sample(tok.tgt, [t for _, t in pairs], alpha)),
+        )
+        keep, _ = length_filter(encoded.src.lengths, encoded.tgt.lengths, cfg.data)
+        parts.append(encoded.select(keep))
+    return EncodedCorpus(*(Side.concatenate([getattr(p, side) for p in parts]) for side in ("src", "tgt")))
 
 
 def _sample(tok: Tokenizer, texts: list[str], alpha: float) -> list[list[int]]:
@@ -199,7 +298,7 @@ def prepare_report(cfg: Config) -> str:
     import time
 
     start = time.perf_counter()
-    data = prepare(cfg, ("valid", "test"))
+    data = prepare(cfg, ("valid", "test"), progress=True)
     sizes = ", ".join(f"{len(s.corpus)} {name}" for name, s in data.held_out.items())
     dropped = describe_dropped(data.dropped)
     state = "already prepared" if data.from_cache else "prepared"

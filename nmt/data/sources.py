@@ -7,15 +7,19 @@ knows where the data came from.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.config import DataConfig
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write, atomic_write_text, read_lines
+from nmt.fileio import atomic_write, atomic_write_text, line_chunks, read_lines
 
 Pairs = list[tuple[str, str]]
 SPLITS = ("train", "valid", "test")
+UTF8_HINT = " (or set data.errors: replace)"
 
 
 def split_name(cfg: DataConfig, split: str) -> str:
@@ -28,14 +32,128 @@ def text_path(cfg: DataConfig, split: str, lang: str) -> Path:
 
 
 def read_parallel(src_path: Path, tgt_path: Path, errors: str = "strict") -> Pairs:
-    hint = " (or set data.errors: replace)"
-    src, tgt = read_lines(src_path, errors, hint), read_lines(tgt_path, errors, hint)
+    src, tgt = read_lines(src_path, errors, UTF8_HINT), read_lines(tgt_path, errors, UTF8_HINT)
     if len(src) != len(tgt):
-        raise NMTError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
-            "parallel files must be line-aligned"
-        )
+        raise _misaligned(src_path, len(src), tgt_path, len(tgt))
     return list(zip(src, tgt, strict=True))
+
+
+def _misaligned(src_path, src_lines: int, tgt_path, tgt_lines: int) -> NMTError:
+    return NMTError(
+        f"{src_path} has {src_lines} lines but {tgt_path} has {tgt_lines}: "
+        "parallel files must be line-aligned"
+    )
+
+
+@dataclass
+class Chunk:
+    """Consecutive pairs of a split; `first` is the line number of the first."""
+
+    first: int
+    sources: list[str]
+    targets: list[str]
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+@dataclass
+class Scan:
+    digest: str  # of the whole split's content: the cache key
+    pairs: int
+
+
+class TextPairs:
+    """Two line-aligned UTF-8 files, read a chunk at a time: memory holds one chunk, whatever
+    the size of the files."""
+
+    def __init__(self, src_path: Path, tgt_path: Path, errors: str = "strict"):
+        self.paths, self.errors = (Path(src_path), Path(tgt_path)), errors
+        for path in self.paths:
+            if not path.is_file():
+                raise NMTError(
+                    f"{path}: " + ("is a directory, not a text file" if path.is_dir() else "file not found")
+                )
+
+    def scan(self) -> Scan:
+        """The digest and line count of both files (one read of their bytes); files of unequal
+        length fail here, before anything is written."""
+        h, counts = hashlib.sha256(), []
+        for path in self.paths:
+            lines, last = 0, b"\n"
+            with open(path, "rb") as f:
+                while block := f.read(1 << 22):
+                    h.update(block)
+                    lines, last = lines + block.count(b"\n"), block[-1:]
+            counts.append(lines + (last != b"\n"))
+            h.update(b"\0")  # where one file ends and the other begins
+        if counts[0] != counts[1]:
+            raise _misaligned(self.paths[0], counts[0], self.paths[1], counts[1])
+        return Scan(h.hexdigest(), counts[0])
+
+    def chunks(self, size: int) -> Iterator[Chunk]:
+        with open(self.paths[0], "rb") as src_file, open(self.paths[1], "rb") as tgt_file:
+            src, tgt = (
+                line_chunks(f, str(path), size, self.errors, UTF8_HINT)
+                for f, path in ((src_file, self.paths[0]), (tgt_file, self.paths[1]))
+            )
+            for src_part, tgt_part in itertools.zip_longest(src, tgt):
+                if src_part is None or tgt_part is None or len(src_part[1]) != len(tgt_part[1]):
+                    first = (src_part or tgt_part)[0]
+                    raise NMTError(
+                        f"{self.paths[0]} and {self.paths[1]} differ in length after line {first - 1}: "
+                        "parallel files must be line-aligned (did one change while it was read?)"
+                    )
+                yield Chunk(src_part[0], src_part[1], tgt_part[1])
+
+
+class DatasetPairs:
+    """A `datasets` split (memory-mapped Arrow), read a chunk at a time."""
+
+    def __init__(self, ds, src: str, tgt: str, where: str):
+        self.ds, self.src, self.tgt, self.where = ds, src, tgt, where
+        columns = ds.column_names
+        if "translation" not in columns and not (src in columns and tgt in columns):
+            raise NMTError(
+                f"{where}: cannot find {src!r}/{tgt!r} columns or a 'translation' column "
+                f"(columns found: {', '.join(columns)})"
+            )
+
+    def scan(self) -> Scan:
+        h = hashlib.sha256()
+        for chunk in self.chunks(10_000):
+            for src, tgt in zip(chunk.sources, chunk.targets, strict=True):
+                h.update(
+                    src.encode("utf-8", "surrogatepass")
+                    + b"\t"
+                    + tgt.encode("utf-8", "surrogatepass")
+                    + b"\n"
+                )
+        return Scan(h.hexdigest(), len(self.ds))
+
+    def chunks(self, size: int) -> Iterator[Chunk]:
+        first = 1
+        for batch in self.ds.iter(batch_size=size):
+            if "translation" in batch:
+                try:
+                    pairs = [(row[self.src], row[self.tgt]) for row in batch["translation"]]
+                except KeyError as e:
+                    raise NMTError(f"{self.where}: translation column has no language {e}") from None
+                sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+            else:
+                sources, targets = list(batch[self.src]), list(batch[self.tgt])
+            yield Chunk(first, sources, targets)
+            first += len(sources)
+
+
+def train_pairs(cfg: DataConfig) -> TextPairs | DatasetPairs:
+    """The training split as a stream of chunks (`load_split` reads a whole split instead)."""
+    if cfg.format == "text" or _manifest_is_current(cfg, ("train",)):
+        return TextPairs(
+            text_path(cfg, "train", cfg.src_lang), text_path(cfg, "train", cfg.tgt_lang), cfg.errors
+        )
+    name = split_name(cfg, "train")
+    return DatasetPairs(_load_hf_dataset(cfg, "train"), cfg.src_lang, cfg.tgt_lang, f"{cfg.hf_path}[{name}]")
 
 
 def load_split(cfg: DataConfig, split: str) -> Pairs:
@@ -102,6 +220,14 @@ def download(cfg: DataConfig) -> str:
 
 
 def _load_hf_split(cfg: DataConfig, split: str) -> Pairs:
+    where = f"{cfg.hf_path}[{split_name(cfg, split)}]"
+    stream = DatasetPairs(_load_hf_dataset(cfg, split), cfg.src_lang, cfg.tgt_lang, where)
+    return [
+        pair for chunk in stream.chunks(10_000) for pair in zip(chunk.sources, chunk.targets, strict=True)
+    ]
+
+
+def _load_hf_dataset(cfg: DataConfig, split: str):
     import datasets
     from datasets.exceptions import DatasetNotFoundError
 
@@ -128,7 +254,7 @@ def _load_hf_split(cfg: DataConfig, split: str) -> Pairs:
         ) from None
     except ValueError as e:  # datasets reports an unknown split name this way
         raise NMTError(f"data: {path!r} has no split {name!r} ({str(e).splitlines()[0]})") from None
-    return dataset_pairs(ds, cfg.src_lang, cfg.tgt_lang, where=f"{path}[{name}]")
+    return ds
 
 
 BUILDERS = {"json", "csv", "parquet", "text", "arrow"}  # packaged loaders that read data_files
@@ -162,20 +288,3 @@ def _check_hub_reachable(timeout: float = 3.0) -> None:
             "use a local copy (data.hf_path: a folder, or data.format: text), "
             "or set HF_HUB_OFFLINE=1 to read the datasets cache"
         ) from None
-
-
-def dataset_pairs(ds, src: str, tgt: str, where: str) -> Pairs:
-    """Pairs from either common layout: a `translation` dict column, or one column per language."""
-    columns = ds.column_names
-    if "translation" in columns:
-        rows = ds["translation"]
-        try:
-            return [(row[src], row[tgt]) for row in rows]
-        except KeyError as e:
-            raise NMTError(f"{where}: translation column has no language {e}") from None
-    if src in columns and tgt in columns:
-        return list(zip(ds[src], ds[tgt], strict=True))
-    raise NMTError(
-        f"{where}: cannot find {src!r}/{tgt!r} columns or a 'translation' column "
-        f"(columns found: {', '.join(columns)})"
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,15 @@ from pathlib import Path
 from nmt.decode.forced import ForcedScore
 from nmt.decode.text import TextTranslator, Translation
 from nmt.errors import NMTError
-from nmt.fileio import atomic_text, atomic_write_text, check_outputs, decode_lines, read_lines
+from nmt.fileio import (
+    atomic_text,
+    atomic_write_text,
+    check_outputs,
+    count_lines,
+    iter_lines,
+    line_chunks,
+    read_lines,
+)
 from nmt.words import attention_view
 
 
@@ -72,13 +81,15 @@ def translate_files(
     if input is None and sys.stdin.isatty() and output is None:
         interactive(translator, opts)
         return ""
-    lines = read_lines(input) if input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
+    # read as decoding goes, so memory does not grow with the input
+    lines = iter_lines(input) if input else _stdin_lines()
     truncated, to_plot = 0, []
     with ExitStack() as files:
         out = files.enter_context(atomic_text(output)) if output else sys.stdout
         records = files.enter_context(atomic_text(opts.attention)) if opts.attention else None
+        total = count_lines(input) if input else None
         bar = files.enter_context(
-            tqdm(total=len(lines), unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5)
+            tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5)
         )
         keep_attention = bool(opts.attention or opts.plot_attention)
         results = translator.iter_translate(lines, opts.nbest, progress=bar.update, attention=keep_attention)
@@ -110,6 +121,11 @@ def translate_files(
     if opts.plot_attention:
         notes.append(f"attention heatmaps in {opts.plot_attention}")
     return "\n".join(notes)
+
+
+def _stdin_lines() -> Iterator[str]:
+    for _, lines in line_chunks(sys.stdin.buffer, "<stdin>", 10_000):
+        yield from lines
 
 
 def interactive(translator: TextTranslator, opts: OutputOptions) -> None:

@@ -12,6 +12,7 @@ No torch here, so the torch-free runtime can build on it.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -121,18 +122,21 @@ class TextTranslator:
 
     def iter_translate(
         self,
-        lines: list[str],
+        lines: Iterable[str],
         nbest: int = 1,
         progress: Callable[[int], None] | None = None,
         attention: bool = True,
     ) -> Iterator[Translation]:
-        """Translations in input order, each as soon as its turn comes."""
+        """Translations in input order, each as soon as its turn comes; `lines` are read a
+        window at a time, so an input of any length (a file read as it goes) costs the memory of
+        one window."""
         done: dict[int, Translation] = {}
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
+        remaining = iter(lines)
 
         def windows() -> Iterator[Source]:
-            for start in range(0, len(lines), SORT_WINDOW):
-                window = lines[start : start + SORT_WINDOW]
+            start = 0
+            while window := list(itertools.islice(remaining, SORT_WINDOW)):
                 ids, truncated = self.encode_sources(window)
                 order = []
                 for offset, (line, row) in enumerate(zip(window, ids, strict=True)):
@@ -143,6 +147,7 @@ class TextTranslator:
                         done[start + offset] = Translation([], [], [], [""])
                 order.sort(key=lambda i: len(sources[i][0]))
                 yield from (Source(i, sources[i][0], self.max_len(len(sources[i][0]))) for i in order)
+                start += len(window)
 
         next_out = 0
         for i, hyps in self._decode_stream(windows(), nbest, attention):

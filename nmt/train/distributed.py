@@ -45,12 +45,6 @@ def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def shard(batches: list, rank: int, world: int) -> list:
-    """Every world-th batch from `rank`, all shards equally long so no process waits forever."""
-    usable = len(batches) - len(batches) % world
-    return batches[rank:usable:world]
-
-
 def all_reduce_sum(value: int, device: torch.device) -> int:
     if rank_and_world()[1] == 1:
         return value

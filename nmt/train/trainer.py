@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
+from nmt import allocator
 from nmt.checkpoint import model_weights, read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
-from nmt.data.batching import collate, length_grouped_batches
+from nmt.data.batching import EpochPlan, collate, length_grouped_batches
 from nmt.data.cleaning import describe_dropped
-from nmt.data.prepare import prepare, sampled_train, train_text
+from nmt.data.prepare import prepare, sampled_train
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation, Translator
 from nmt.device import resolve_device
@@ -148,14 +149,13 @@ class Trainer:
         # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
         if self.rank > 0:
             distributed.barrier()
-        data = prepare(cfg, ("valid",), resumed_tok)
+        data = prepare(cfg, ("valid",), resumed_tok, progress=not self.quiet)
         if self.rank == 0:
             distributed.barrier()
         self.tok, self.train_data = data.tokenizers, data.train
         self.valid_data, self.valid_pairs = data.held_out["valid"].corpus, data.held_out["valid"].pairs
         self.valid_translated = valid_sample(self.valid_pairs, cfg.train.valid_subset, cfg.train.seed)
         self.sampled_epoch: int | None = None  # the epoch whose subword sample train_data holds
-        self.train_text: list[tuple[str, str]] | None = None  # read once, only if sampling
 
         self.model = Seq2Seq(cfg.model, len(self.tok.src), len(self.tok.tgt)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
@@ -185,7 +185,8 @@ class Trainer:
             + (" (cached)" if data.from_cache else ""),
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
-            + (f", {self.world} processes" if self.world > 1 else ""),
+            + (f", {self.world} processes" if self.world > 1 else "")
+            + f"; memory allocator {allocator.describe()}",
         ]
 
     @property
@@ -404,7 +405,10 @@ class Trainer:
         batches = self._epoch_batches()
         self.epoch_batches = len(batches)  # for the final line's epoch count
         while p.batch_in_epoch < len(batches) and not self._budget_spent():
-            groups = batches[p.batch_in_epoch : p.batch_in_epoch + cfg.update_every]
+            groups = [
+                batches[k]
+                for k in range(p.batch_in_epoch, min(len(batches), p.batch_in_epoch + cfg.update_every))
+            ]
             nll, tokens = self.train_step(groups)
             p.step += 1
             p.batch_in_epoch += len(groups)
@@ -414,6 +418,7 @@ class Trainer:
             if p.step % cfg.log_every == 0:
                 self._log_window()
                 self._save_if_due()
+                self.train_data.release()  # the mapped pages read so far: memory stays flat
             if p.step % cfg.valid_every == 0:
                 started = time.perf_counter()
                 self.last_valid = self.validate()
@@ -459,15 +464,16 @@ class Trainer:
         if self.rank == 0 and minutes and time.perf_counter() - self.last_save >= 60 * minutes:
             self.save(LAST)
 
-    def _epoch_batches(self) -> list[list[int]]:
-        """This process's batches for the current epoch (every `world`-th under torchrun)."""
+    def _epoch_batches(self) -> EpochPlan:
+        """This process's batches for the current epoch (every `world`-th under torchrun): a
+        function of the seed and the epoch, so a resumed run finds its place by the number of
+        batches consumed."""
         cfg, epoch = self.cfg.train, self.progress.epoch
         if self.cfg.tokenizer.sampling_alpha and self.sampled_epoch != epoch:
-            self.train_text = self.train_text or train_text(self.cfg)
-            self.train_data = sampled_train(self.cfg, self.train_text, self.tok, cfg.seed * 1000 + epoch)
+            self.train_data = sampled_train(self.cfg, self.tok, cfg.seed * 1000 + epoch)
             self.sampled_epoch = epoch
-        batches = length_grouped_batches(self.train_data, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
-        return distributed.shard(batches, self.rank, self.world)
+        plan = length_grouped_batches(self.train_data, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
+        return plan.shard(self.rank, self.world)
 
     def _spent(self) -> tuple[float, float, float]:
         """Epochs (the current one in part), wall-clock seconds, and seconds spent validating."""
