@@ -22,6 +22,8 @@ def rank_and_world() -> tuple[int, int]:
 def init() -> None:
     """Join the process group when launched by torchrun (it sets WORLD_SIZE and friends)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():  # NCCL's object collectives run on the current device
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
@@ -73,6 +75,16 @@ def broadcast_from_rank0(obj):
     holder = [obj]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
+
+
+def gather_to_rank0(obj) -> list:
+    """[the object of rank 0, of rank 1, ...] on rank 0; [] elsewhere; [obj] alone."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return [obj]
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(obj, gathered, dst=0)
+    return gathered or []
 
 
 def barrier() -> None:

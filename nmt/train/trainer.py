@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import signal
 import sys
@@ -67,6 +68,21 @@ class Progress:
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
     valid_seconds: float = 0.0  # wall-clock seconds spent validating, every session included
     finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux: from /proc, so imports count too), else since
+    this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            return float(f.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - IMPORTED
+
+
+IMPORTED = time.perf_counter()
 
 
 def valid_sample(pairs: list, size: int, seed: int) -> list:
@@ -149,7 +165,9 @@ class Trainer:
         # Under torchrun, rank 0 builds the data cache while the others wait, then they read it.
         if self.rank > 0:
             distributed.barrier()
+        started = time.perf_counter()
         data = prepare(cfg, ("valid",), resumed_tok, progress=not self.quiet)
+        self.data_seconds: float | None = time.perf_counter() - started  # logged at the first step
         if self.rank == 0:
             distributed.barrier()
         self.tok, self.train_data = data.tokenizers, data.train
@@ -203,10 +221,13 @@ class Trainer:
         self.progress = Progress(**progress)
         if "window" in state:  # a stop between log steps: the next log line still covers its steps
             self.window = LogWindow(*state["window"])
-        torch.set_rng_state(state["rng"]["torch"].cpu())
-        self.generator.set_state(state["rng"]["teacher_forcing"].cpu())
-        if torch.cuda.is_available() and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
+        rng = state["rng"]
+        if len(rng.get("processes", [])) == self.world:  # each process its own, as it was
+            rng = rng["processes"][self.rank]
+        torch.set_rng_state(rng["torch"].cpu())
+        self.generator.set_state(rng["teacher_forcing"].cpu())
+        if torch.cuda.is_available() and "cuda" in rng:
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
         # The killed session may have logged past its last checkpoint: forget those lines.
         self._forget_metrics_after(self.progress.step)
         self._repair_best()
@@ -404,6 +425,9 @@ class Trainer:
         cfg, p = self.cfg.train, self.progress
         batches = self._epoch_batches()
         self.epoch_batches = len(batches)  # for the final line's epoch count
+        if self.data_seconds is not None:  # this session's first step comes next
+            data_seconds, self.data_seconds = self.data_seconds, None
+            self.log(f"start-up: {process_seconds():.1f} s to the first step (the data {data_seconds:.1f} s)")
         while p.batch_in_epoch < len(batches) and not self._budget_spent():
             groups = [
                 batches[k]
@@ -459,9 +483,11 @@ class Trainer:
 
     def _save_if_due(self) -> None:
         """last.pt every `save_every_minutes`, at a log step (the loss window is empty there, so
-        a resume from it logs exactly what the uninterrupted run logs)."""
+        a resume from it logs exactly what the uninterrupted run logs); rank 0's clock decides
+        for every process, since saving gathers them all."""
         minutes = self.cfg.train.save_every_minutes
-        if self.rank == 0 and minutes and time.perf_counter() - self.last_save >= 60 * minutes:
+        due = self.rank == 0 and bool(minutes) and time.perf_counter() - self.last_save >= 60 * minutes
+        if distributed.broadcast_from_rank0(due):
             self.save(LAST)
 
     def _epoch_batches(self) -> EpochPlan:
@@ -557,7 +583,8 @@ class Trainer:
         entry = {"step": p.step, "epoch": p.epoch, **scores, "valid_seconds": round(seconds, 2)}
         if self.rank == 0:
             self.record(entry)
-            self.save(LAST)
+        self.save(LAST)
+        if self.rank == 0:
             self.keeper.after_validation(p.validations, improved)
             self.log(
                 f"step {p.step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
@@ -598,20 +625,28 @@ class Trainer:
         current = {k: v.clone() for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(averaged)
         scores, _ = self.evaluate_model()
-        self.save("averaged.pt")
+        self._write_checkpoint("averaged.pt", [self._rng_state()])
         self.model.load_state_dict(current)
         self.record({"step": self.progress.step, **{f"{k}_averaged": v for k, v in scores.items()}})
         self.log(
             f"averaged last {self.cfg.train.average_last} checkpoints: valid BLEU {scores['valid_bleu']:.2f}"
         )
 
-    def save(self, name: str) -> None:
-        if self.rank > 0:
-            return
-        self.last_save = time.perf_counter()
+    def _rng_state(self) -> dict:
         rng = {"torch": torch.get_rng_state(), "teacher_forcing": self.generator.get_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
+        return rng
+
+    def save(self, name: str) -> None:
+        """Every process calls this: rank 0 writes, with the random state of each process
+        (replicas draw different dropout masks and coins, so a resume needs all of them)."""
+        states = distributed.gather_to_rank0(self._rng_state())
+        if self.rank == 0:
+            self._write_checkpoint(name, states)
+
+    def _write_checkpoint(self, name: str, rng_states: list[dict]) -> None:
+        self.last_save = time.perf_counter()
         save_checkpoint(
             self.run_dir / CHECKPOINTS / name,
             self.cfg,
@@ -622,7 +657,7 @@ class Trainer:
             scaler=self.precision.scaler.state_dict(),
             progress=vars(self.progress) | {"elapsed": self.elapsed()},
             window=[self.window.nll, self.window.tokens],  # the loss since the last log line
-            rng=rng,
+            rng=rng_states[0] | ({"processes": rng_states} if len(rng_states) > 1 else {}),
         )
 
 

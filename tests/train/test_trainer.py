@@ -304,45 +304,107 @@ def test_run_writes_curves_png(toy_dir, tmp_path):
     assert (tmp_path / "run" / "plots" / "curves.png").stat().st_size > 10_000
 
 
-def test_two_process_gloo_ddp_matches_single_process_with_doubled_batch(toy_dir, tmp_path):
+WORKER = os.path.join(ROOT, "tests", "train", "ddp_worker.py")
+
+
+def torchrun(toy_dir, run, *extra, resume=False):
+    """`nmt train` on 2 gloo processes through torchrun, watched by ddp_worker.py."""
+    target = ["--resume", str(run)] if resume else ["-c", "toy-luong.yaml", "--output", str(run)]
+    overrides = sets(list(extra) if resume else [*BASE, f"data.dir={toy_dir}", *extra])
+    script = [WORKER, "train", *target, *overrides, "-q"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
+
+
+def ddp_env():
+    return subprocess_env() | {"OMP_NUM_THREADS": "1"}  # two processes, one core each
+
+
+def rank_reports(run):
+    return [json.loads(run.with_name(f"{run.name}.rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_two_processes_train_disjoint_shards_like_one_on_the_global_batch_and_only_rank0_writes(
+    toy_dir, tmp_path, monkeypatch
+):
     common = [
-        *BASE,
-        f"data.dir={toy_dir}",
         "train.max_steps=12",
         "model.dropout=0",
         "train.teacher_forcing_ratio=1",
         "train.valid_every=12",
         "train.batch_size=16",
     ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        os.path.join(ROOT, "tests", "train", "ddp_worker.py"),
-        str(tmp_path / "ddp"),
-        *common,
-    ]
     started = time.perf_counter()
-    env = subprocess_env() | {"OMP_NUM_THREADS": "1"}  # two processes, one core each
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        torchrun(toy_dir, tmp_path / "ddp", *common),
+        env=ddp_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"2-process gloo DDP, 12 steps: {time.perf_counter() - started:.1f} s")
-    ranks = [json.loads((tmp_path / "ddp" / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["world"] == 2 and ranks[0]["sha256"] == ranks[1]["sha256"]  # replicas identical
+    first, second = rank_reports(tmp_path / "ddp")
+    assert first["parameters"] == second["parameters"]  # the replicas stayed identical
+    assert second["writes"] == [] and "ddp/checkpoints/last.pt" in first["writes"]  # only rank 0 writes
+    steps = [a + b for a, b in zip(first["steps"], second["steps"], strict=True)]
+    assert all(len(set(a) & set(b)) == 0 for a, b in zip(first["steps"], second["steps"], strict=True))
+    assert len(set().union(*steps)) == sum(map(len, steps))  # in one epoch no pair is read twice
 
-    single = tmp_path / "single"
-    nmt_train(
-        toy_dir,
-        single,
-        *common[len(BASE) :],
-        "model.dropout=0",
-        "train.teacher_forcing_ratio=1",
-        "train.update_every=2",
+    # one process, accumulating the same two batches per step: the same pairs, the same losses
+    single_steps = []
+    train_step = Trainer.train_step
+    monkeypatch.setattr(
+        Trainer,
+        "train_step",
+        lambda self, groups: (
+            single_steps.append(sorted(int(i) for g in groups for i in g)) or train_step(self, groups)
+        ),
     )
-    ddp_losses, single_losses = losses(tmp_path / "ddp"), losses(single)
+    nmt_train(toy_dir, tmp_path / "single", *common, "train.update_every=2")
+    assert [sorted(s) for s in steps] == single_steps
+    ddp_losses, single_losses = losses(tmp_path / "ddp"), losses(tmp_path / "single")
     assert [s for s, _ in ddp_losses] == [s for s, _ in single_losses]
     for (_, a), (_, b) in zip(ddp_losses, single_losses, strict=True):
         assert a == pytest.approx(b, rel=1e-4)
+
+
+def test_killing_one_of_two_processes_then_resuming_continues_exactly(toy_dir, tmp_path):
+    """Dropout and scheduled sampling draw from each process's own generators: a resume must
+    give each its own state back for the losses to match the uninterrupted run bit for bit."""
+    reference = tmp_path / "whole"
+    done = subprocess.run(
+        torchrun(toy_dir, reference, "train.max_steps=40"),
+        env=ddp_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        torchrun(toy_dir, killed, "train.max_steps=100000"),
+        env=ddp_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (killed / "metrics.jsonl").exists() and any(s >= 25 for s, _ in losses(killed)):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    os.kill(int(killed.with_name("killed.rank1.pid").read_text()), signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0  # torchrun stops the other rank and fails
+
+    resumed = subprocess.run(
+        torchrun(toy_dir, killed, "train.max_steps=40", resume=True),
+        env=ddp_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert losses(killed) == losses(reference)
+    last = torch.load(killed / "checkpoints" / "last.pt", weights_only=True)
+    assert len(last["rng"]["processes"]) == 2
