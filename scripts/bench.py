@@ -4,11 +4,12 @@
     python scripts/bench.py --all                # every attention x decoder style too
     python scripts/bench.py --case train-luong-general-if --steps 30 --json
     python scripts/bench.py --case decode-beam5-b64 --json [--model CKPT]
-    python scripts/bench.py --case decode-memory --lines 1000 100000 --model CKPT  # flat in the input
+    python scripts/bench_scale.py                # memory and time against the size of the work
 
 The "bench model": embeddings 256, 1-layer BiLSTM encoder with 256 units per direction, 1-layer
 LSTM decoder with 512 units, a joint 8k SentencePiece vocabulary, batches of 64 sentences, Adam,
-dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy task. Every case
+dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy task. Like `nmt`,
+every case runs on tcmalloc when the system has it (nmt/allocator.py). Every case
 trains on the same seeded batches; the first `--warmup` steps are not timed, and the first of
 them is the epoch's largest batch, so that peak memory is the epoch's peak. Decoding cases
 translate the test split with a checkpoint of the bench shape (Luong general with input feeding)
@@ -302,55 +303,18 @@ def run_decode_case(
     }
 
 
-MEMORY_CASE = "decode-memory"
-
-
-def run_memory_case(model: Path, sizes: list[int], beam: int) -> dict:
-    """Peak memory of the whole `nmt translate` process on files of `sizes` lines (the test
-    split repeated), each in a process of its own: a translator that streams stays flat."""
-    import tempfile
-
-    from nmt.fileio import read_lines
-
-    directory, toy = data_dir()
-    lines = read_lines(directory / ("test.human" if toy else "test_2016_flickr.de"))
-    nmt = Path(sys.executable).parent / "nmt"
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in sizes:
-            src, out = Path(tmp) / f"{size}.txt", Path(tmp) / f"{size}.out"
-            src.write_text("\n".join(lines[i % len(lines)] for i in range(size)) + "\n")
-            start = time.perf_counter()
-            cmd = [str(nmt), "translate", "-m", str(model), "-i", str(src), "-o", str(out)]
-            proc = subprocess.run(
-                [sys.executable, "-c", CHILD_PEAK, *cmd, "--beam", str(beam), "--device", "cpu", "--quiet"],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            seconds = time.perf_counter() - start
-            runs.append({"lines": size, "peak_rss_mib": float(proc.stdout), "seconds": round(seconds, 1)})
-    return {"case": MEMORY_CASE, "beam": beam, "runs": runs}
-
-
-# Runs a command and prints its peak RSS in MiB: each size gets a fresh peak of its own.
-CHILD_PEAK = (
-    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
-    "print(round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1))"
-)
-
-
 def main() -> None:
+    from nmt.allocator import restart_with_tcmalloc
+
+    restart_with_tcmalloc()  # measure on the allocator `nmt` runs on (NMT_ALLOCATOR=system: glibc's)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--case",
-        choices=sorted([*CASES, *DECODE_CASES, "roofline", MEMORY_CASE]),
+        choices=sorted([*CASES, *DECODE_CASES, "roofline"]),
         help="run one case in this process",
     )
-    parser.add_argument(
-        "--lines", type=int, nargs="*", default=[1000, 100000], help="decode-memory: input sizes"
-    )
-    parser.add_argument("--beam", type=int, default=5, help="decode-memory: beam size")
     parser.add_argument(
         "--model", type=Path, help="checkpoint for the decode cases (default: the cached one)"
     )
@@ -369,9 +333,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.case == "roofline":
         print(json.dumps(run_roofline()))
-        return
-    if args.case == MEMORY_CASE:
-        print(json.dumps(run_memory_case(args.model or bench_model(), args.lines, args.beam)))
         return
     if args.case in DECODE_CASES:
         result = run_decode_case(

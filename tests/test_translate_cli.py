@@ -165,3 +165,29 @@ def test_int8_is_for_the_torch_engine(model):
         app, ["translate", "-m", str(model), "--quantize", "int8", "--engine", "onnx"], input="x\n"
     )
     assert result.exit_code == 2 and "--quantize is for the torch engine" in result.stderr
+
+
+def test_a_long_input_is_read_as_it_is_translated(model, text):
+    from nmt.decode.text import SORT_WINDOW
+    from nmt.decode.translator import load_translator
+
+    pulled = []
+
+    def endless():  # a file far longer than memory would hold, read line by line
+        while True:
+            pulled.append(1)
+            yield text[len(pulled) % len(text)]
+
+    results = load_translator([model], {}, "cpu").iter_translate(endless(), attention=False)
+    for _ in range(3 * SORT_WINDOW):
+        next(results)
+    assert len(pulled) <= 4 * SORT_WINDOW  # the window being decoded and the next, never the whole input
+
+
+def test_a_file_is_translated_in_order_with_its_empty_lines(model, text, tmp_path):
+    lines = [*text[:5], "", *text[5:], "", ""]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    translate("-m", model, "-i", tmp_path / "in.txt", "-o", tmp_path / "out.txt", "--quiet")
+    out = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    expected = translate("-m", model, input="\n".join(text) + "\n").stdout.splitlines()
+    assert out == [*expected[:5], "", *expected[5:], "", ""]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from nmt import allocator
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
@@ -26,6 +27,7 @@ from nmt.vocab import EOS
 from nmt.words import merge_attention
 
 SORT_WINDOW = 2_000  # lines sorted by length together: plenty for full batches, and a small reorder buffer
+RELEASE_EVERY = 500  # sentences between handing the allocator's free pages back (memory flat in the input)
 
 
 @dataclass
@@ -129,8 +131,9 @@ class TextTranslator:
     ) -> Iterator[Translation]:
         """Translations in input order, each as soon as its turn comes; `lines` are read a
         window at a time, so an input of any length (a file read as it goes) costs the memory of
-        one window."""
-        done: dict[int, Translation] = {}
+        one window. A result waiting for its turn is kept as ids and hypotheses (None for an
+        empty line) and made a `Translation` when it leaves: up to a window of them wait."""
+        done: dict[int, tuple[list[int], bool, list[Hypothesis]] | None] = {}
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
         remaining = iter(lines)
 
@@ -144,21 +147,27 @@ class TextTranslator:
                         sources[start + offset] = (row, offset in truncated)
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
-                        done[start + offset] = Translation([], [], [], [""])
+                        done[start + offset] = None
                 order.sort(key=lambda i: len(sources[i][0]))
-                yield from (Source(i, sources[i][0], self.max_len(len(sources[i][0]))) for i in order)
+                for fed, i in enumerate(order):
+                    if fed % RELEASE_EVERY == 0:
+                        allocator.release_free_memory()
+                    yield Source(i, sources[i][0], self.max_len(len(sources[i][0])))
                 start += len(window)
+
+        def leave(entry: tuple[list[int], bool, list[Hypothesis]] | None) -> Translation:
+            return Translation([], [], [], [""]) if entry is None else self.translation(*entry)
 
         next_out = 0
         for i, hyps in self._decode_stream(windows(), nbest, attention):
-            done[i] = self.translation(*sources.pop(i), hyps)
+            done[i] = (*sources.pop(i), hyps)
             if progress:
                 progress(1)
             while next_out in done:
-                yield done.pop(next_out)
+                yield leave(done.pop(next_out))
                 next_out += 1
         while next_out in done:  # trailing empty lines
-            yield done.pop(next_out)
+            yield leave(done.pop(next_out))
             next_out += 1
 
     def translation(self, ids: list[int], truncated: bool, hyps: list[Hypothesis]) -> Translation:

@@ -97,7 +97,7 @@ class GeneralAttention(Attention, name="general"):
 
     def __init__(self, query_dim, memory_dim, cfg):
         super().__init__(query_dim, memory_dim, cfg)
-        self.W_a = Linear(memory_dim, query_dim, bias=False)
+        self.W_a = Linear(memory_dim, query_dim, bias=False, once_per_batch=True)
 
     def prepare(self, memory, mask):
         return self.W_a(memory)  # (B, S, d)
@@ -120,7 +120,7 @@ class AdditiveAttention(Attention, name="bahdanau"):
         dim = cfg.dim or query_dim
         bias = cfg.bias if self.use_bias is None else self.use_bias
         self.W_a = Linear(query_dim, dim, bias=bias)
-        self.U_a = Linear(memory_dim, dim, bias=False)
+        self.U_a = Linear(memory_dim, dim, bias=False, once_per_batch=True)
         self.v_a = Linear(dim, 1, bias=False)
 
     def prepare(self, memory, mask):
@@ -206,7 +206,7 @@ class MultiHeadAttention(Attention, name="multihead"):
         super().__init__(query_dim, memory_dim, cfg)
         self.heads = cfg.heads
         self.W_q = Linear(query_dim, memory_dim, bias=False)
-        self.W_kv = Linear(memory_dim, 2 * memory_dim, bias=False)
+        self.W_kv = Linear(memory_dim, 2 * memory_dim, bias=False, once_per_batch=True)
         self.W_o = Linear(memory_dim, memory_dim, bias=False)
 
     def prepare(self, memory, mask):

@@ -50,8 +50,12 @@ class Memory:
     beams: int = 1  # decoder rows per sentence: beam search's K rows share one memory
 
     def select(self, index: Tensor) -> Memory:
-        """Keep (or reorder) the sentences in `index`."""
-        return Memory(self.memory[index], self.mask[index], self.keys[index], self.beams)
+        """Keep (or reorder) the sentences in `index`, cut to the longest source among them: a
+        long sentence that leaves a search under way takes its padding with it, so later
+        sentences neither attend over it nor hold its memory."""
+        mask = self.mask[index]
+        S = int(mask.sum(1).max()) if len(mask) else mask.size(1)  # sources are left-aligned
+        return Memory(self.memory[index, :S], mask[:, :S], self.keys[index, :S], self.beams)
 
     def share(self, beams: int) -> Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
@@ -59,25 +63,23 @@ class Memory:
 
     def join(self, other: Memory) -> Memory:
         """This batch's sentences, then `other`'s, padded to the longer source (continuous
-        batching: sentences join a search that is under way)."""
+        batching: sentences join a search that is under way). Each tensor is written once into
+        its joined size: no padded copies on the way, the peak is the old pool plus the new."""
         S = max(self.mask.size(1), other.mask.size(1))
-
-        def both(a: Tensor, b: Tensor) -> Tensor:
-            return torch.cat([pad_source(a, S), pad_source(b, S)])
-
         return Memory(
-            both(self.memory, other.memory),
-            both(self.mask, other.mask),
-            both(self.keys, other.keys),
+            stacked(self.memory, other.memory, S),
+            stacked(self.mask, other.mask, S),
+            stacked(self.keys, other.keys, S),
             self.beams,
         )
 
 
-def pad_source(x: Tensor, length: int) -> Tensor:
-    """x (B, S, ...) padded with zeros (False for a mask) to `length` source positions."""
-    if x.size(1) == length:
-        return x
-    return torch.cat([x, x.new_zeros(x.size(0), length - x.size(1), *x.shape[2:])], 1)
+def stacked(a: Tensor, b: Tensor, length: int) -> Tensor:
+    """a (Ba, Sa, ...) over b (Bb, Sb, ...), zeros (False) beyond each source up to `length`."""
+    out = a.new_zeros(a.size(0) + b.size(0), length, *a.shape[2:])
+    out[: a.size(0), : a.size(1)] = a
+    out[a.size(0) :, : b.size(1)] = b
+    return out
 
 
 @dataclass

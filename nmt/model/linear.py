@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-# oneDNN keeps a compiled primitive per product shape, 1,024 by default; decoding a long file
-# meets new shapes (sources of every length joining the pool) and its memory grew with the
-# input. Read once, when oneDNN first runs; the environment still wins.
+# oneDNN keeps a compiled primitive per product shape, and torch's wrapper (ideep) an LRU cache
+# of its own, 1,024 entries each by default; decoding a long file meets new shapes (sources of
+# every length joining the pool) and their memory grew with the input. Read once, when oneDNN
+# first runs; the environment still wins.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
 
 # id(weight) -> (a weak reference to it, its version, the weight prepacked for oneDNN)
 _packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}
@@ -88,11 +90,38 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool 
     x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return OneDNNLinear.apply(x, weight, bias)
-    return _onednn(x, _prepacked(weight) if prepack else weight, bias)
+    if not prepack:
+        return _onednn(x, weight, bias)
+    # Decoding: rows padded to one of 16-32 sizes per doubling (at most 1/16 more work), so a
+    # pool whose rows change every step meets a few product shapes, not one per row count.
+    rows = x.numel() // x.size(-1)
+    padded = rounded_rows(rows)
+    if padded == rows:
+        return _onednn(x, _prepacked(weight), bias)
+    flat = torch.cat([x.reshape(rows, -1), x.new_zeros(padded - rows, x.size(-1))])
+    return _onednn(flat, _prepacked(weight), bias)[:rows].reshape(*x.shape[:-1], -1)
+
+
+def rounded_rows(rows: int) -> int:
+    """`rows` rounded up to a multiple of 2^(bits - 5): exact below 32, then 16-32 sizes per
+    doubling (60 -> 60, 285 -> 288, 300 -> 304)."""
+    step = 1 << max(0, rows.bit_length() - 5)
+    return -(-rows // step) * step
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) computed by `linear`."""
+    """nn.Linear (same parameters and state dict) computed by `linear`.
+
+    `once_per_batch` marks a product applied to a whole batch at once (the attention keys of the
+    encoder memory). Without gradients (decoding) it runs through F.linear: oneDNN keeps state
+    for each product shape it meets, and these shapes are new with every group of sentences
+    that joins a decode, so a long file kept adding to it (docs/performance.md, section 10)."""
+
+    def __init__(self, *args, once_per_batch: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.once_per_batch = once_per_batch
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.once_per_batch and not torch.is_grad_enabled():
+            return F.linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)

@@ -43,3 +43,37 @@ def test_non_contiguous_inputs_and_other_dtypes():
     torch.testing.assert_close(linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
     x64, w64 = x.double(), w.double()
     assert torch.equal(linear(x64, w64), F.linear(x64, w64))  # float64: F.linear itself
+
+
+def test_decoding_rounds_rows_to_few_shapes_and_returns_exactly_the_rows_asked():
+    from nmt.model.linear import rounded_rows
+
+    assert [rounded_rows(r) for r in (1, 31, 32, 33, 60, 63, 285, 300, 320)] == [
+        1,
+        31,
+        32,
+        34,
+        60,
+        64,
+        288,
+        304,
+        320,
+    ]
+    assert len({rounded_rows(r) for r in range(280, 321)}) == 3  # a beam-5 pool of 56-64 sentences
+    w, b = torch.randn(11, 7), torch.randn(11)
+    with torch.no_grad():
+        for shape in [(285, 7), (5, 57, 7)]:
+            x = torch.randn(*shape)
+            out = linear(x, w, b)
+            assert out.shape == (*shape[:-1], 11)
+            torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_once_per_batch_layer_computes_the_same_with_and_without_gradients():
+    layer = Linear(7, 5, once_per_batch=True)
+    x = torch.randn(3, 13, 7)
+    with torch.no_grad():
+        decoded = layer(x)
+    trained = layer(x)
+    assert trained.requires_grad
+    torch.testing.assert_close(decoded, trained.detach(), rtol=1e-5, atol=1e-5)

@@ -207,3 +207,18 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(style, attention, feeding):
         loss.backward()
         opt.step()
     assert loss.item() < 0.05
+
+
+def test_sentences_leaving_a_search_take_their_padding_with_them():
+    from nmt.model.decoder import Memory
+
+    lengths = torch.tensor([3, 9, 5])
+    mask = torch.arange(9)[None, :] < lengths[:, None]
+    memory = torch.randn(3, 9, 4) * mask[..., None]
+    whole = Memory(memory, mask, memory * 2)
+    kept = whole.select(torch.tensor([2, 0]))  # the longest sentence has finished
+    assert kept.memory.shape == (2, 5, 4) and kept.keys.shape == (2, 5, 4)
+    assert torch.equal(kept.memory, memory[[2, 0], :5]) and torch.equal(kept.mask, mask[[2, 0], :5])
+    joined = kept.join(Memory(memory[1:2], mask[1:2], memory[1:2] * 2))  # a long one joins again
+    assert joined.memory.shape == (3, 9, 4) and torch.equal(joined.mask, mask[[2, 0, 1]])
+    assert torch.equal(joined.memory, memory[[2, 0, 1]])
