@@ -48,6 +48,12 @@ def _prepacked(weight: Tensor) -> Tensor:
     return entry[2]
 
 
+def drop_prepacked() -> None:
+    """Forget every prepacked weight (training validates, then changes every weight at its next
+    step: the copies packed for the validation would only hold memory until the next one)."""
+    _packed.clear()
+
+
 class OneDNNLinear(torch.autograd.Function):
     """F.linear with all three products (output, input gradient, weight gradient) on oneDNN."""
 

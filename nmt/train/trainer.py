@@ -30,6 +30,7 @@ from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.evaluate.scoring import EvalOptions, evaluate
 from nmt.fileio import atomic_copy, atomic_write_text
+from nmt.model.linear import drop_prepacked
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.rundir import (
     BEST,
@@ -295,7 +296,6 @@ class Trainer:
         batches = [collate(self.train_data, group).to(self.device) for group in groups]
         step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         nll, tokens = 0.0, 0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
@@ -311,6 +311,8 @@ class Trainer:
             nll, tokens = nll + sums.nll, tokens + sums.tokens
         if not self.precision.step(self.model, self.optimizer, self.cfg.train.clip):
             self.progress.skipped_steps += 1
+        # Gradients go now, not before the next step: none are held while validating.
+        self.optimizer.zero_grad(set_to_none=True)
         return nll, tokens  # this process's summed NLL and target tokens
 
     def train(self) -> TrainResult:
@@ -567,6 +569,7 @@ class Trainer:
         started = time.perf_counter()
         if self.rank == 0:
             scores, translations = self.evaluate_model()
+            drop_prepacked()  # the next step changes every weight: their packed copies are stale
             text = "".join(t.text + "\n" for t in translations)
             atomic_write_text(self.run_dir / "valid" / f"step-{p.step}.txt", text)
             value = scores[f"valid_{cfg.metric}"]
