@@ -11,7 +11,7 @@ BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format bench bench-serve study clean
+.PHONY: install test demo lint format bench bench-serve bench-scale study clean
 
 install: $(STAMP)
 
@@ -59,6 +59,14 @@ demo: install
 # toy task); under 10 minutes on 2 CPU cores, a few more the first time (it trains a checkpoint).
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# How every cost grows with the work (docs/performance.md, section 10): `nmt data prepare` at
+# 29k, 200k, 1M and 4.5M pairs, training start-up and memory on those caches, decoding 1k to 1M
+# lines greedy and with beam 5. Needs Multi30k; about three hours on 2 cores, most of it the
+# 1M-line decodes (BENCH_SCALE_ARGS="--only prepare" or "--lines 1000 10000" for less).
+BENCH_SCALE_ARGS ?=
+bench-scale: install
+	$(BIN)/python scripts/bench_scale.py $(BENCH_SCALE_ARGS)
 
 # `nmt serve` against `nmt translate` on the Multi30k test sentences (else the toy task): 1, 8 and
 # 32 concurrent clients, one sentence a request; trains a 3-minute model the first time.
