@@ -2,7 +2,7 @@
 
 Why: training allocates tensors of a new size with every batch, and glibc's allocator fragments
 under that: the bench model's process grew from 0.7 to 1.7 GB in 300 steps, and 15-minute runs
-peaked at 2-4 GB, while under tcmalloc it peaks at 1.0 GB and steps 5-8% faster
+peaked at 2-4 GB, while under tcmalloc it peaks at 1.0-1.1 GB and steps 5-8% faster
 (docs/performance.md, section 10). An allocator must be in place before the process starts, so
 `nmt` starts itself again once with tcmalloc in LD_PRELOAD, as torch's own launcher does
 (`python -m torch.backends.xeon.run_cpu --enable-tcmalloc`). NMT_ALLOCATOR=system keeps glibc's.

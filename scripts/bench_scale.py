@@ -113,7 +113,7 @@ def train_row(pairs: int, work: Path) -> dict:
             "-o",
             str(run),
             "-q",
-        ]  # fmt: skip
+        ]
     )
     startup = re.search(
         r"start-up: ([\d.]+) s to the first step \(the data ([\d.]+) s\)", (run / "train.log").read_text()
