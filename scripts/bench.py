@@ -10,8 +10,9 @@ The "bench model": embeddings 256, 1-layer BiLSTM encoder with 256 units per dir
 LSTM decoder with 512 units, a joint 8k SentencePiece vocabulary, batches of 64 sentences, Adam,
 dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy task. Like `nmt`,
 every case runs on tcmalloc when the system has it (nmt/allocator.py). Every case
-trains on the same seeded batches; the first `--warmup` steps are not timed, and the first of
-them is the epoch's largest batch, so that peak memory is the epoch's peak. Decoding cases
+trains on the same seeded batches; the first `--warmup` steps are not timed, and the second of
+them (once the optimiser's state exists) is the epoch's largest batch, so that peak memory is
+the epoch's peak. Decoding cases
 translate the test split with a checkpoint of the bench shape (Luong general with input feeding)
 trained for BENCH_MODEL_STEPS steps once and cached in .bench-cache/, unless --model is given.
 """
@@ -115,11 +116,12 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     data = prepare(cfg, held_out=())  # the joint 8k tokenizer and encoded data, cached between runs
     tok, examples = data.tokenizers, data.train
     epoch = list(length_grouped_batches(examples, 64, seed=1, epoch=0))
-    # The epoch's largest batch (most padded target positions) goes first, untimed, so that the
-    # peak memory is the epoch's peak and not that of whichever batches the sample holds.
+    # The epoch's largest batch (most padded target positions) goes second, untimed: the first
+    # step creates the optimiser's state, which every later step holds, so the largest batch after
+    # it meets the epoch's peak memory, not that of whichever batches the sample holds.
     largest = max(range(len(epoch)), key=lambda k: len(epoch[k]) * int(examples.tgt.lengths[epoch[k]].max()))
-    warmup = max(warmup, 1)
-    batches = [epoch[largest]] + [b for k, b in enumerate(epoch) if k != largest][: warmup - 1 + steps]
+    rest, warmup = [b for k, b in enumerate(epoch) if k != largest], max(warmup, 2)
+    batches = [rest[0], epoch[largest], *rest[1 : warmup - 1 + steps]]
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -130,10 +132,10 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
             t0, tokens, sentences = time.perf_counter(), 0, 0
         batch = collate(examples, indices)
         sums = batch_loss(objective, batch, i, generator)
-        opt.zero_grad(set_to_none=True)
         (sums.objective / sums.tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
+        opt.zero_grad(set_to_none=True)  # as the trainer does: no gradients held between steps
         tokens, sentences = tokens + sums.tokens, sentences + len(indices)
         if first_step is None:
             first_step = time.perf_counter() - start

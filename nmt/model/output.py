@@ -28,49 +28,73 @@ class OutputLayer(nn.Linear):
         """Summed (label-smoothed) cross-entropy and summed NLL of `target` (N,) given the
         pre-output vectors (N, P) of the real target positions, without keeping the logits."""
         x = F.dropout(pre_output, self.p, self.training)
-        return LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing)
+        gradients = torch.is_grad_enabled()  # autograd functions cannot see it inside forward
+        return LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing, gradients)
+
+
+CHUNK_LOGITS = 1 << 23  # logits computed at a time: 32 MB in fp32, 1,048 rows of an 8k vocabulary
 
 
 class LinearCrossEntropy(torch.autograd.Function):
     """The output layer and the (smoothed) cross-entropy summed over rows, in one pass.
 
-    Why: the (N, V) logits are the largest activation of the model (N ~ 1-3k target tokens,
+    Why: the (N, V) logits are the largest activation of the model (N ~ 1-5k target tokens,
     V = 8-32k), and the usual path keeps logits, log-probabilities and their gradients, several
-    (N, V) tensors at once. Here the forward turns the logits buffer in place into the gradient
-    d loss / d logits = softmax - ((1 - eps) onehot(y) + eps / V), so one (N, V) buffer lives
-    until backward, which is then three matrix products.
+    (N, V) tensors at once. Here the rows go through in chunks of CHUNK_LOGITS logits: each
+    chunk's logits turn in place into d loss / d logits = softmax - ((1 - eps) onehot(y) + eps / V),
+    which goes at once into the gradients of x and of the weight, so the backward only scales
+    them. No (N, V) tensor ever exists; the chunk buffer has the same size every step, where an
+    (N, V) one of a new size every batch fragmented the heap and set training's peak memory.
     """
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float):
-        logits = linear(x, weight, bias, prepack=False)  # a new weight every training step
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 softmax under AMP
-        picked = logits.gather(1, target[:, None]).squeeze(1)
-        mean = logits.mean(-1) if smoothing else None
-        top = logits.amax(-1, keepdim=True)
-        grad = logits.sub_(top).exp_()
-        total = grad.sum(-1, keepdim=True)
-        grad.div_(total)  # softmax
-        log_z = (top + total.log()).squeeze(1)
-        nll = log_z - picked
-        objective = nll if mean is None else (1 - smoothing) * nll + smoothing * (log_z - mean)
-        grad.scatter_add_(1, target[:, None], grad.new_full((len(target), 1), smoothing - 1.0))
-        if smoothing:
-            grad.sub_(smoothing / grad.size(1))
-        ctx.save_for_backward(x, weight, grad)
-        ctx.has_bias = bias is not None
-        nll_sum = nll.sum()
+    def forward(
+        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float, gradients: bool
+    ):
+        need_x, need_w, need_b = (gradients and need for need in ctx.needs_input_grad[:3])
+        vocab, wide = weight.size(0), torch.promote_types(weight.dtype, torch.float32)
+        grad_x = x.new_empty(x.shape, dtype=wide) if need_x else None
+        grad_w = weight.new_zeros(weight.shape, dtype=wide) if need_w else None
+        grad_b = weight.new_zeros(vocab, dtype=wide) if need_b and bias is not None else None
+        objective_sum = nll_sum = x.new_zeros((), dtype=wide)
+        rows = max(1, CHUNK_LOGITS // vocab)
+        for start in range(0, len(target), rows):
+            xs, ys = x[start : start + rows], target[start : start + rows]
+            logits = linear(xs, weight, bias, prepack=False)  # a new weight every training step
+            logits = logits.to(wide)  # fp32 softmax under AMP
+            picked = logits.gather(1, ys[:, None]).squeeze(1)
+            mean = logits.mean(-1) if smoothing else None
+            top = logits.amax(-1, keepdim=True)
+            grad = logits.sub_(top).exp_()
+            total = grad.sum(-1, keepdim=True)
+            log_z = (top + total.log()).squeeze(1)
+            nll = log_z - picked
+            objective = nll if mean is None else (1 - smoothing) * nll + smoothing * (log_z - mean)
+            objective_sum, nll_sum = objective_sum + objective.sum(), nll_sum + nll.sum()
+            if not (need_x or need_w or need_b):
+                continue
+            grad.div_(total)  # softmax
+            grad.scatter_add_(1, ys[:, None], grad.new_full((len(ys), 1), smoothing - 1.0))
+            if smoothing:
+                grad.sub_(smoothing / vocab)
+            if need_x:
+                grad_x[start : start + rows] = linear(grad, weight.to(wide).t(), prepack=False)
+            if need_w:
+                grad_w.add_(linear(grad.t(), xs.to(wide).t(), prepack=False))
+            if grad_b is not None:
+                grad_b.add_(grad.sum(0))
+        ctx.save_for_backward(grad_x, grad_w, grad_b)
+        ctx.dtypes = x.dtype, weight.dtype
         ctx.mark_non_differentiable(nll_sum)
-        return objective.sum(), nll_sum
+        return objective_sum, nll_sum
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, grad_objective: Tensor, _grad_nll: Tensor):
-        x, weight, grad = ctx.saved_tensors
-        grad_x = linear(grad, weight.to(grad.dtype).t(), prepack=False).mul_(grad_objective).to(x.dtype)
-        grad_weight = (
-            linear(grad.t(), x.to(grad.dtype).t(), prepack=False).mul_(grad_objective).to(weight.dtype)
+        x_dtype, weight_dtype = ctx.dtypes
+        grad_x, grad_w, grad_b = (
+            None if g is None else (g * grad_objective).to(dtype)
+            for g, dtype in zip(ctx.saved_tensors, (x_dtype, weight_dtype, weight_dtype), strict=True)
         )
-        grad_bias = grad.sum(0).mul_(grad_objective).to(weight.dtype) if ctx.has_bias else None
-        return grad_x, grad_weight, grad_bias, None, None
+        return grad_x, grad_w, grad_b, None, None, None

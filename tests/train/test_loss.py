@@ -6,7 +6,8 @@ import torch.nn.functional as F
 
 from nmt.config import TrainConfig
 from nmt.data.batching import Batch
-from nmt.model.output import LinearCrossEntropy
+from nmt.model import output
+from nmt.model.output import LinearCrossEntropy, OutputLayer
 from nmt.model.seq2seq import Seq2Seq
 from nmt.train.loss import TokenLoss, batch_loss, loss_sums
 from nmt.vocab import EOS, PAD
@@ -15,7 +16,12 @@ from tests.model.test_seq2seq import V, batch, model_config
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_linear_cross_entropy_equals_torch_in_value_and_gradients(smoothing, with_bias):
+@pytest.mark.parametrize("chunk_rows", [3, None])  # chunks of 3, 3 and 1 rows; all 7 rows at once
+def test_linear_cross_entropy_equals_torch_in_value_and_gradients(
+    smoothing, with_bias, chunk_rows, monkeypatch
+):
+    if chunk_rows:
+        monkeypatch.setattr(output, "CHUNK_LOGITS", 11 * chunk_rows)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
     weight = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
@@ -23,7 +29,7 @@ def test_linear_cross_entropy_equals_torch_in_value_and_gradients(smoothing, wit
     target = torch.randint(0, 11, (7,), generator=g)
     inputs = [x, weight] + ([bias] if with_bias else [])
 
-    objective, nll = LinearCrossEntropy.apply(x, weight, bias, target, smoothing)
+    objective, nll = LinearCrossEntropy.apply(x, weight, bias, target, smoothing, True)
     (2.5 * objective).backward()
     fused = [t.grad.clone() for t in inputs]
     for t in inputs:
@@ -37,6 +43,21 @@ def test_linear_cross_entropy_equals_torch_in_value_and_gradients(smoothing, wit
     assert not nll.requires_grad
     for got, want in zip(fused, (t.grad for t in inputs), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_the_loss_without_gradients_has_the_same_value_and_no_graph():
+    """Validation computes the loss under no_grad: the same sums, and no gradient products."""
+    torch.manual_seed(0)
+    layer, x, target = (
+        OutputLayer(5, 11, dropout=0.0),
+        torch.randn(7, 5, requires_grad=True),
+        torch.randint(0, 11, (7,)),
+    )
+    with_graph = layer.loss(x, target, 0.1)
+    with torch.no_grad():
+        without = layer.loss(x, target, 0.1)
+    torch.testing.assert_close(without, tuple(t.detach() for t in with_graph))
+    assert with_graph[0].requires_grad and not without[0].requires_grad
 
 
 @pytest.mark.parametrize("style,feeding", [("luong", True), ("luong", False), ("bahdanau", False)])
