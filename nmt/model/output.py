@@ -54,9 +54,8 @@ class LinearCrossEntropy(torch.autograd.Function):
     ):
         need_x, need_w, need_b = (gradients and need for need in ctx.needs_input_grad[:3])
         vocab, wide = weight.size(0), torch.promote_types(weight.dtype, torch.float32)
-        grad_x = x.new_empty(x.shape, dtype=wide) if need_x else None
-        grad_w = weight.new_zeros(weight.shape, dtype=wide) if need_w else None
-        grad_b = weight.new_zeros(vocab, dtype=wide) if need_b and bias is not None else None
+        need_b = need_b and bias is not None
+        grad_xs, grad_w, grad_b = [], None, None
         objective_sum = nll_sum = x.new_zeros((), dtype=wide)
         rows = max(1, CHUNK_LOGITS // vocab)
         for start in range(0, len(target), rows):
@@ -79,11 +78,13 @@ class LinearCrossEntropy(torch.autograd.Function):
             if smoothing:
                 grad.sub_(smoothing / vocab)
             if need_x:
-                grad_x[start : start + rows] = linear(grad, weight.to(wide).t(), prepack=False)
+                grad_xs.append(linear(grad, weight.to(wide).t(), prepack=False))
             if need_w:
-                grad_w.add_(linear(grad.t(), xs.to(wide).t(), prepack=False))
-            if grad_b is not None:
-                grad_b.add_(grad.sum(0))
+                part = linear(grad.t(), xs.to(wide).t(), prepack=False)
+                grad_w = part if grad_w is None else grad_w.add_(part)
+            if need_b:
+                grad_b = grad.sum(0) if grad_b is None else grad_b.add_(grad.sum(0))
+        grad_x = (grad_xs[0] if len(grad_xs) == 1 else torch.cat(grad_xs)) if grad_xs else None
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = x.dtype, weight.dtype
         ctx.mark_non_differentiable(nll_sum)
