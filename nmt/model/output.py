@@ -80,7 +80,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             if need_x:
                 grad_xs.append(linear(grad, weight.to(wide).t(), prepack=False))
             if need_w:
-                part = linear(grad.t(), xs.to(wide).t(), prepack=False)
+                part = linear(grad.t(), xs.to(wide).t(), prepack=False).to(wide)  # summed in fp32 under AMP
                 grad_w = part if grad_w is None else grad_w.add_(part)
             if need_b:
                 grad_b = grad.sum(0) if grad_b is None else grad_b.add_(grad.sum(0))
