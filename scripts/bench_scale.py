@@ -10,9 +10,10 @@ random Multi30k training pairs joined (seeded): every line is real text, nearly 
 unique (so SentencePiece learns and encodes text as varied as a real corpus's), and lines
 average 24 English words, as WMT14 en-de's do. They are written once into .bench-cache/scale/
 (1.2 GB for 4.5M pairs). Decoding translates Multi30k's test_2016 repeated to each size with
-the bench checkpoint (scripts/bench.py). Training trains the epoch's largest batch second (once
-the optimiser's state exists), so its peak is the worst its corpus holds. Every measurement is a process of its own, with its own
-peak resident memory; run on a quiet machine (`uptime`) and compare figures from one session.
+the bench checkpoint (scripts/bench.py). Training trains the epoch's largest batch second
+(once the optimiser's state exists), so its peak is the worst its corpus holds. Every
+measurement is a process of its own, with its own peak resident memory; run on a quiet machine
+(`uptime`) and compare figures from one session.
 Everything runs as `nmt` does, on tcmalloc when the system has it (nmt/allocator.py).
 """
 
