@@ -12,9 +12,9 @@ dropout 0.3. Data: Multi30k de-en from ../shared when present, otherwise the toy
 every case runs on tcmalloc when the system has it (nmt/allocator.py). Every case
 trains on the same seeded batches; the first `--warmup` steps are not timed, and the second of
 them (once the optimiser's state exists) is the epoch's largest batch, so that peak memory is
-the epoch's peak. Decoding cases
-translate the test split with a checkpoint of the bench shape (Luong general with input feeding)
-trained for BENCH_MODEL_STEPS steps once and cached in .bench-cache/, unless --model is given.
+the epoch's peak. Decoding cases translate the test split with a checkpoint of the bench shape
+(Luong general with input feeding) trained for BENCH_MODEL_STEPS steps once and cached in
+.bench-cache/, unless --model is given.
 """
 
 from __future__ import annotations
