@@ -53,8 +53,10 @@ class LinearCrossEntropy(torch.autograd.Function):
         ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float, gradients: bool
     ):
         need_x, need_w, need_b = (gradients and need for need in ctx.needs_input_grad[:3])
-        vocab, wide = weight.size(0), torch.promote_types(weight.dtype, torch.float32)
         need_b = need_b and bias is not None
+        vocab, wide = weight.size(0), torch.promote_types(weight.dtype, torch.float32)
+        weight_t = weight.to(wide).t() if need_x else None  # one copy for every chunk (AMP)
+        any_gradient = need_x or need_w or need_b
         grad_xs, grad_w, grad_b = [], None, None
         objective_sum = nll_sum = x.new_zeros((), dtype=wide)
         rows = max(1, CHUNK_LOGITS // vocab)
@@ -71,14 +73,14 @@ class LinearCrossEntropy(torch.autograd.Function):
             nll = log_z - picked
             objective = nll if mean is None else (1 - smoothing) * nll + smoothing * (log_z - mean)
             objective_sum, nll_sum = objective_sum + objective.sum(), nll_sum + nll.sum()
-            if not (need_x or need_w or need_b):
+            if not any_gradient:
                 continue
             grad.div_(total)  # softmax
             grad.scatter_add_(1, ys[:, None], grad.new_full((len(ys), 1), smoothing - 1.0))
             if smoothing:
                 grad.sub_(smoothing / vocab)
             if need_x:
-                grad_xs.append(linear(grad, weight.to(wide).t(), prepack=False))
+                grad_xs.append(linear(grad, weight_t, prepack=False))
             if need_w:
                 part = linear(grad.t(), xs.to(wide).t(), prepack=False).to(wide)  # summed in fp32 under AMP
                 grad_w = part if grad_w is None else grad_w.add_(part)
