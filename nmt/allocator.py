@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import os
 import sys
 
@@ -62,25 +61,3 @@ def restart_with_tcmalloc() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-
-
-def release_free_memory() -> None:
-    """Hand the free pages the allocator keeps back to the system: a long decode allocates and
-    frees tensors of many sizes, and what the allocator holds on to for reuse set the peak
-    (decoding the bench model: 451 instead of 477 MB at 1,000 lines; docs/performance.md)."""
-    release = _release_function()
-    if release is not None:
-        release()
-
-
-@functools.cache
-def _release_function():
-    """tcmalloc's MallocExtension_ReleaseFreeMemory, else glibc's malloc_trim(0); None elsewhere."""
-    if sys.platform != "linux":
-        return None
-    process = ctypes.CDLL(None)
-    if hasattr(process, "MallocExtension_ReleaseFreeMemory"):
-        return process.MallocExtension_ReleaseFreeMemory
-    if hasattr(process, "malloc_trim"):
-        return functools.partial(process.malloc_trim, 0)
-    return None

@@ -67,11 +67,12 @@ def resolve_checkpoint(path: Path) -> Path:
     return path
 
 
-def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """The checkpoint's contents, checked to be an nmt checkpoint of this format."""
+def read_checkpoint(path: Path, device: torch.device | str = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint's contents, checked to be an nmt checkpoint of this format. `mmap`: tensors
+    stay in the file until touched, so a decoder never reads the optimiser state."""
     path = resolve_checkpoint(path)
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except Exception as e:  # torch raises many types for a file that is not a checkpoint
         raise NMTError(f"{path}: not an nmt checkpoint ({type(e).__name__})") from None
     if not isinstance(state, dict) or "format_version" not in state:
@@ -96,7 +97,7 @@ def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers."""
     path = resolve_checkpoint(path)
-    state = read_checkpoint(path, device)
+    state = read_checkpoint(path, device, mmap=True)
     if not isinstance(state["config"], dict):
         raise NMTError(f"{path}: a damaged nmt checkpoint (its config is not a mapping)")
     cfg = config_from_dict(state["config"], source=f"{path} (its config)")

@@ -43,7 +43,3 @@ def test_the_restart_keeps_arguments_standard_input_and_the_exit_code(tmp_path):
         nmt("eval", "--hyp", str(tmp_path / "missing.txt"), "--ref", str(tmp_path / "ref.txt")).returncode
         == 2
     )
-
-
-def test_releasing_free_memory_is_safe_anywhere():
-    allocator.release_free_memory()  # tcmalloc's, glibc's, or nothing at all

@@ -31,9 +31,10 @@ Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypothes
 class StepModel(Protocol):
     """What a search needs from a model: a Seq2Seq, or an Ensemble of them.
 
-    `encode` returns the memory (with `select(index)`, `share(beams)` and `join(other)`) and the
-    first decoder state (with `select(index)` and `join(other)`); `step` maps the previous tokens
-    y (R,) at target `positions` (R,) to logits (R, V), the next state and the attention (R, S).
+    `encode` returns the memory (with `compact(rows, holes, fillers)`, `share(beams)` and
+    `join(other)`) and the first decoder state (with `select(index)` and `join(other)`); `step`
+    maps the previous tokens y (R,) at target `positions` (R,) to logits (R, V), the next state
+    and the attention (R, S).
     """
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, Any]: ...
@@ -154,6 +155,30 @@ def cat(old: Tensor | None, new: Tensor) -> Tensor:
 
 
 @dataclass
+class Compaction:
+    """Sentences `keep` (ascending) of a pool packed into its first rows by moving the last kept
+    ones into the gaps, so the memory is moved a few rows at a time in place (`Memory.compact`)
+    instead of copied whole."""
+
+    order: list[int]  # the old row of each new row
+    holes: Tensor  # new rows whose sentence left
+    fillers: Tensor  # the old rows moved into them
+
+    @classmethod
+    def of(cls, keep: list[int], device: torch.device) -> Compaction:
+        rows, kept = len(keep), set(keep)
+        holes = [r for r in range(rows) if r not in kept]
+        fillers = [r for r in keep if r >= rows]
+        order = list(range(rows))
+        for hole, filler in zip(holes, fillers, strict=True):
+            order[hole] = filler
+        return cls(order, *(torch.tensor(rows, dtype=torch.long, device=device) for rows in (holes, fillers)))
+
+    def memory(self, mem: Any) -> Any:
+        return mem.compact(len(self.order), self.holes, self.fillers)
+
+
+@dataclass
 class Sentence:
     """One sentence of a greedy search: its source, and its tokens and attention rows so far."""
 
@@ -214,11 +239,12 @@ class GreedyPool(Pool):
             self.live = []
             self.mem = self.state = self.y = self.positions = self.log_prob = self.max_lens = None
             return
-        rows = torch.tensor(keep, device=self.device)
-        self.mem, self.state = self.mem.select(rows), self.state.select(rows)
+        packed = Compaction.of(keep, self.device)
+        rows = torch.tensor(packed.order, device=self.device)
+        self.mem, self.state = packed.memory(self.mem), self.state.select(rows)
         self.y, self.positions = self.y[rows], self.positions[rows]
         self.log_prob, self.max_lens = self.log_prob[rows], self.max_lens[rows]
-        self.live = [self.live[r] for r in keep]
+        self.live = [self.live[r] for r in packed.order]
 
 
 class Trail:
@@ -329,7 +355,8 @@ class BeamPool(Pool):
             self.mem = self.state = self.scores = self.y = self.positions = self.max_lens = None
             return
         if len(keep) < B:  # finished sentences leave the batch
-            blocks = torch.tensor(keep, device=self.device)
+            packed = Compaction.of(keep, self.device)
+            blocks = torch.tensor(packed.order, device=self.device)
             block_rows = (blocks[:, None] * K + torch.arange(K, device=self.device)).flatten()
             self.y, parent_rows = self.y[block_rows], parent_rows[block_rows]
             self.scores, self.positions, self.max_lens = (
@@ -337,6 +364,6 @@ class BeamPool(Pool):
                 self.positions[blocks],
                 self.max_lens[blocks],
             )
-            self.mem = self.mem.select(blocks)
-            self.live = [self.live[i] for i in keep]
+            self.mem = packed.memory(self.mem)
+            self.live = [self.live[i] for i in packed.order]
         self.state = state.select(parent_rows)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nmt import allocator
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
@@ -27,7 +26,6 @@ from nmt.vocab import EOS
 from nmt.words import merge_attention
 
 SORT_WINDOW = 2_000  # lines sorted by length together: plenty for full batches, and a small reorder buffer
-RELEASE_EVERY = 500  # sentences between handing the allocator's free pages back (memory flat in the input)
 
 
 @dataclass
@@ -149,9 +147,7 @@ class TextTranslator:
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
                 order.sort(key=lambda i: len(sources[i][0]))
-                for fed, i in enumerate(order):
-                    if fed % RELEASE_EVERY == 0:
-                        allocator.release_free_memory()
+                for i in order:
                     yield Source(i, sources[i][0], self.max_len(len(sources[i][0])))
                 start += len(window)
 

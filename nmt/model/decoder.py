@@ -42,44 +42,59 @@ def lstm_cell(
 
 @dataclass
 class Memory:
-    """Everything the decoder reads from the encoder, fixed for a whole search."""
+    """Everything the decoder reads from the encoder, fixed for a whole search.
+
+    In a search's pool the tensors are the first rows of `buffers`, which keep their size while
+    sentences leave and join: a step allocating a new pool-sized copy for every sentence that
+    leaves made the allocator's free pages, and so the peak memory of a long decode, creep upward
+    (docs/performance.md, section 10.4).
+    """
 
     memory: Tensor  # (B, S, M) annotations
     mask: Tensor  # (B, S) True on real source positions
     keys: Tensor  # (B, S, ...) attention.prepare(memory, mask)
     beams: int = 1  # decoder rows per sentence: beam search's K rows share one memory
-
-    def select(self, index: Tensor) -> Memory:
-        """Keep (or reorder) the sentences in `index`, cut to the longest source among them: a
-        long sentence that leaves a search under way takes its padding with it, so later
-        sentences neither attend over it nor hold its memory."""
-        mask = self.mask[index]
-        S = int(mask.sum(1).max()) if len(mask) else mask.size(1)  # sources are left-aligned
-        return Memory(self.memory[index, :S], mask[:, :S], self.keys[index, :S], self.beams)
+    buffers: tuple[Tensor, Tensor, Tensor] | None = None  # what memory, mask, keys are the first rows of
 
     def share(self, beams: int) -> Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
-        return Memory(self.memory, self.mask, self.keys, beams)
+        return Memory(self.memory, self.mask, self.keys, beams, self.buffers)
+
+    def compact(self, rows: int, holes: Tensor, fillers: Tensor) -> Memory:
+        """The first `rows` sentences, after sentences `fillers` (all at or beyond `rows`) moved
+        into the rows `holes` (all before it), in place: sentences leave without a copy."""
+        for tensor in (self.memory, self.mask, self.keys):
+            tensor[holes] = tensor[fillers]
+        return self._first(rows, self.buffers or (self.memory, self.mask, self.keys))
 
     def join(self, other: Memory) -> Memory:
-        """This batch's sentences, then `other`'s, padded to the longer source (continuous
-        batching: sentences join a search that is under way). Each tensor is written once into
-        its joined size: no padded copies on the way, the peak is the old pool plus the new."""
-        S = max(self.mask.size(1), other.mask.size(1))
-        return Memory(
-            stacked(self.memory, other.memory, S),
-            stacked(self.mask, other.mask, S),
-            stacked(self.keys, other.keys, S),
-            self.beams,
-        )
+        """This pool's sentences, then `other`'s (continuous batching: sentences join a search
+        under way), written into the buffers' spare rows when they fit. New buffers are made
+        only when the rows or the source length outgrow them, or when the longest source left
+        is under 3/4 of their length; their length is rounded up to a multiple of 4, so a
+        length-sorted input makes a few sizes, not one per sentence length."""
+        rows, new_rows, new_len = self.mask.size(0), other.mask.size(0), other.mask.size(1)
+        buffers = self.buffers or (self.memory, self.mask, self.keys)
+        capacity, length = buffers[1].shape
+        longest = max(new_len, int(self.mask.sum(1).max()))
+        wanted = -(-longest // 4) * 4
+        if rows + new_rows > capacity or wanted > length or wanted * 4 <= length * 3:
+            length = wanted
+            buffers = tuple(
+                old.new_zeros(rows + new_rows, length, *old.shape[2:])
+                for old in (self.memory, self.mask, self.keys)
+            )
+            kept = min(length, self.mask.size(1))
+            for buffer, old in zip(buffers, (self.memory, self.mask, self.keys), strict=True):
+                buffer[:rows, :kept] = old[:, :kept]
+        for buffer, new in zip(buffers, (other.memory, other.mask, other.keys), strict=True):
+            buffer[rows : rows + new_rows, :new_len] = new
+            buffer[rows : rows + new_rows, new_len:] = 0
+        return self._first(rows + new_rows, buffers)
 
-
-def stacked(a: Tensor, b: Tensor, length: int) -> Tensor:
-    """a (Ba, Sa, ...) over b (Bb, Sb, ...), zeros (False) beyond each source up to `length`."""
-    out = a.new_zeros(a.size(0) + b.size(0), length, *a.shape[2:])
-    out[: a.size(0), : a.size(1)] = a
-    out[a.size(0) :, : b.size(1)] = b
-    return out
+    def _first(self, rows: int, buffers: tuple[Tensor, Tensor, Tensor]) -> Memory:
+        memory, mask, keys = (buffer[:rows] for buffer in buffers)
+        return Memory(memory, mask, keys, self.beams, buffers)
 
 
 @dataclass

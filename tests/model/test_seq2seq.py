@@ -209,16 +209,29 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(style, attention, feeding):
     assert loss.item() < 0.05
 
 
-def test_sentences_leaving_a_search_take_their_padding_with_them():
+def test_a_search_memory_moves_rows_in_place_and_regrows_only_when_outgrown():
+    from nmt.decode.search import Compaction
     from nmt.model.decoder import Memory
 
-    lengths = torch.tensor([3, 9, 5])
+    lengths = torch.tensor([3, 9, 5, 2])
     mask = torch.arange(9)[None, :] < lengths[:, None]
-    memory = torch.randn(3, 9, 4) * mask[..., None]
-    whole = Memory(memory, mask, memory * 2)
-    kept = whole.select(torch.tensor([2, 0]))  # the longest sentence has finished
-    assert kept.memory.shape == (2, 5, 4) and kept.keys.shape == (2, 5, 4)
-    assert torch.equal(kept.memory, memory[[2, 0], :5]) and torch.equal(kept.mask, mask[[2, 0], :5])
-    joined = kept.join(Memory(memory[1:2], mask[1:2], memory[1:2] * 2))  # a long one joins again
-    assert joined.memory.shape == (3, 9, 4) and torch.equal(joined.mask, mask[[2, 0, 1]])
-    assert torch.equal(joined.memory, memory[[2, 0, 1]])
+    memory = torch.randn(4, 9, 4) * mask[..., None]
+    whole = Memory(memory.clone(), mask.clone(), memory * 2)
+    packed = Compaction.of([0, 2, 3], torch.device("cpu"))  # the longest sentence has finished
+    assert packed.order == [0, 3, 2]
+    kept = packed.memory(whole)
+    assert kept.memory.data_ptr() == whole.memory.data_ptr()  # moved in place, not copied
+    assert torch.equal(kept.memory, memory[[0, 3, 2]]) and torch.equal(kept.mask, mask[[0, 3, 2]])
+    assert torch.equal(kept.keys, 2 * memory[[0, 3, 2]])
+
+    joined = kept.join(Memory(memory[1:2, :4], mask[1:2, :4], 2 * memory[1:2, :4]))  # a short one
+    assert joined.memory.data_ptr() == whole.memory.data_ptr()  # into the spare row
+    new_mask = torch.cat([mask[[0, 3, 2]], (torch.arange(9) < 4)[None]])
+    assert torch.equal(joined.mask, new_mask)
+    assert torch.equal(joined.memory[3], torch.cat([memory[1, :4], torch.zeros(5, 4)]))
+
+    grown = joined.join(Memory(memory[1:2], mask[1:2], 2 * memory[1:2]))  # more rows than room
+    assert grown.memory.shape == (5, 12, 4)  # the length rounded up to a multiple of 4
+    assert torch.equal(grown.mask[:, :9], torch.cat([new_mask, mask[1:2]]))
+    assert not grown.mask[:, 9:].any() and not grown.memory[:, 9:].any()
+    assert torch.equal(grown.keys[:4, :9], 2 * joined.memory)
