@@ -68,8 +68,8 @@ def resolve_checkpoint(path: Path) -> Path:
 
 
 def read_checkpoint(path: Path, device: torch.device | str = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """The checkpoint's contents, checked to be an nmt checkpoint of this format. `mmap`: tensors
-    stay in the file until touched, so a decoder never reads the optimiser state."""
+    """The checkpoint's contents, checked to be an nmt checkpoint of this format. `mmap` (CPU
+    only): tensors stay in the file until touched, so a decoder never reads the optimiser state."""
     path = resolve_checkpoint(path)
     try:
         state = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
@@ -97,7 +97,7 @@ def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers."""
     path = resolve_checkpoint(path)
-    state = read_checkpoint(path, device, mmap=True)
+    state = read_checkpoint(path, mmap=True)  # on the CPU: mapped to a GPU, all of it would be read
     if not isinstance(state["config"], dict):
         raise NMTError(f"{path}: a damaged nmt checkpoint (its config is not a mapping)")
     cfg = config_from_dict(state["config"], source=f"{path} (its config)")

@@ -52,7 +52,7 @@ def forced_decode(
 ) -> list[tuple[list[float], Tensor]]:
     """Per sentence: the log-probability of each target id (each list ends in EOS) and the
     attention weights (T, S) while producing it. Log-probabilities are the log-softmax of what
-    `step` returns, as in `search.next_log_probs` (an Ensemble's mean is renormalised there too)."""
+    `step` returns, as in `search.step_log_probs` (an Ensemble's mean is renormalised there too)."""
     B, T = len(targets), max(len(t) for t in targets)
     tgt = torch.full((B, T), PAD, dtype=torch.long)
     for b, row in enumerate(targets):

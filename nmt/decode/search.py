@@ -1,9 +1,10 @@
 """Greedy and beam search with continuous batching, through the `StepModel` protocol.
 
-The decoding batch is a pool of rows. A sentence's rows leave the pool the step it is done, and
-the next sentences (length-sorted by the caller) are encoded and join as soon as an eighth of the
-pool is free, so steps run at nearly full width and a whole file has one tail instead of one per
-batch. Rows at different target positions share a step: every query carries its own position.
+The decoding batch is a pool of rows. A sentence's rows leave the pool the step it is done (the
+pool's last rows move into their place), and the next sentences (length-sorted by the caller)
+are encoded and join as soon as an eighth of the pool is free, so steps run at nearly full width
+and a whole file has one tail instead of one per batch. Rows at different target positions share
+a step: every query carries its own position.
 
 Beam search keeps K rows per sentence (a block) and takes the best 2K candidates of each sentence,
 so that hypotheses ending in EOS leave without shrinking the beam. Histories are back-pointers
@@ -172,7 +173,7 @@ class Compaction:
         order = list(range(rows))
         for hole, filler in zip(holes, fillers, strict=True):
             order[hole] = filler
-        return cls(order, *(torch.tensor(rows, dtype=torch.long, device=device) for rows in (holes, fillers)))
+        return cls(order, *(torch.tensor(ix, dtype=torch.long, device=device) for ix in (holes, fillers)))
 
     def memory(self, mem: Any) -> Any:
         return mem.compact(len(self.order), self.holes, self.fillers)
