@@ -165,6 +165,7 @@ class Compaction:
     instead of copied whole."""
 
     order: list[int]  # the old row of each new row
+    index: Tensor  # the same, to gather the pool's other tensors with
     holes: Tensor  # new rows whose sentence left
     fillers: Tensor  # the old rows moved into them
 
@@ -176,7 +177,9 @@ class Compaction:
         order = list(range(rows))
         for hole, filler in zip(holes, fillers, strict=True):
             order[hole] = filler
-        return cls(order, *(torch.tensor(ix, dtype=torch.long, device=device) for ix in (holes, fillers)))
+        return cls(
+            order, *(torch.tensor(ix, dtype=torch.long, device=device) for ix in (order, holes, fillers))
+        )
 
     def memory(self, mem: Any) -> Any:
         return mem.compact(len(self.order), self.holes, self.fillers)
@@ -244,7 +247,7 @@ class GreedyPool(Pool):
             self.mem = self.state = self.y = self.positions = self.log_prob = self.max_lens = None
             return
         packed = Compaction.of(keep, self.device)
-        rows = torch.tensor(packed.order, device=self.device)
+        rows = packed.index
         self.mem, self.state = packed.memory(self.mem), self.state.select(rows)
         self.y, self.positions = self.y[rows], self.positions[rows]
         self.log_prob, self.max_lens = self.log_prob[rows], self.max_lens[rows]
@@ -360,7 +363,7 @@ class BeamPool(Pool):
             return
         if len(keep) < B:  # finished sentences leave the batch
             packed = Compaction.of(keep, self.device)
-            blocks = torch.tensor(packed.order, device=self.device)
+            blocks = packed.index
             block_rows = (blocks[:, None] * K + torch.arange(K, device=self.device)).flatten()
             self.y, parent_rows = self.y[block_rows], parent_rows[block_rows]
             self.scores, self.positions, self.max_lens = (

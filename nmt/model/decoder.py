@@ -60,12 +60,16 @@ class Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
         return Memory(self.memory, self.mask, self.keys, beams, self.buffers)
 
+    @property
+    def tensors(self) -> tuple[Tensor, Tensor, Tensor]:
+        return self.memory, self.mask, self.keys
+
     def compact(self, rows: int, holes: Tensor, fillers: Tensor) -> Memory:
         """The first `rows` sentences, after sentences `fillers` (all at or beyond `rows`) moved
         into the rows `holes` (all before it), in place: sentences leave without a copy."""
-        for tensor in (self.memory, self.mask, self.keys):
+        for tensor in self.tensors:
             tensor[holes] = tensor[fillers]
-        return self._first(rows, self.buffers or (self.memory, self.mask, self.keys))
+        return self._first(rows, self.buffers or self.tensors)
 
     def join(self, other: Memory) -> Memory:
         """This pool's sentences, then `other`'s (continuous batching: sentences join a search
@@ -74,20 +78,17 @@ class Memory:
         is under 3/4 of their length; their length is rounded up to a multiple of 4, so a
         length-sorted input makes a few sizes, not one per sentence length."""
         rows, new_rows, new_len = self.mask.size(0), other.mask.size(0), other.mask.size(1)
-        buffers = self.buffers or (self.memory, self.mask, self.keys)
+        buffers = self.buffers or self.tensors
         capacity, length = buffers[1].shape
         longest = max(new_len, int(self.mask.sum(1).max()))
         wanted = -(-longest // 4) * 4
         if rows + new_rows > capacity or wanted > length or wanted * 4 <= length * 3:
             length = wanted
-            buffers = tuple(
-                old.new_zeros(rows + new_rows, length, *old.shape[2:])
-                for old in (self.memory, self.mask, self.keys)
-            )
+            buffers = tuple(old.new_zeros(rows + new_rows, length, *old.shape[2:]) for old in self.tensors)
             kept = min(length, self.mask.size(1))
-            for buffer, old in zip(buffers, (self.memory, self.mask, self.keys), strict=True):
+            for buffer, old in zip(buffers, self.tensors, strict=True):
                 buffer[:rows, :kept] = old[:, :kept]
-        for buffer, new in zip(buffers, (other.memory, other.mask, other.keys), strict=True):
+        for buffer, new in zip(buffers, other.tensors, strict=True):
             buffer[rows : rows + new_rows, :new_len] = new
             buffer[rows : rows + new_rows, new_len:] = 0
         return self._first(rows + new_rows, buffers)
