@@ -2,8 +2,9 @@
 
 The decoding batch is a pool of rows. A sentence's rows leave the pool the step it is done (the
 pool's last rows move into their place), and the next sentences (length-sorted by the caller)
-are encoded and join as soon as an eighth of the pool is free, so steps run at nearly full width
-and a whole file has one tail instead of one per batch. Rows at different target positions share
+are encoded and join as soon as an eighth of the pool is free (beam search: as soon as one
+sentence is), so steps run at nearly full width and a whole file has one tail instead of one per
+batch. Rows at different target positions share
 a step: every query carries its own position.
 
 Beam search keeps K rows per sentence (a block) and takes the best 2K candidates of each sentence,
@@ -77,12 +78,6 @@ class Feed:
         return group
 
 
-def refill_level(live: int) -> int:
-    """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a time
-    keeps steps wide without re-padding the pool's memory every step."""
-    return live - max(1, live // 8)
-
-
 def step_log_probs(model: StepModel, y: Tensor, state, mem, positions: Tensor, histories, cfg: DecodeConfig):
     """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
     state and the attention weights (R, S)."""
@@ -129,7 +124,7 @@ class Pool:
                 group = feed.take(len(self.live), longest)
                 if group:
                     self.join(group)
-                    refill_at = refill_level(len(self.live))
+                    refill_at = self.refill_level(len(self.live))
             if not self.live:
                 if feed.exhausted:
                     return
@@ -146,6 +141,12 @@ class Pool:
             self.mem, self.state = mem, state
         else:
             self.mem, self.state = self.mem.join(mem), self.state.join(state)
+
+    def refill_level(self, live: int) -> int:
+        """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a
+        time keeps steps wide, where encoding each sentence as its row frees up made greedy
+        decoding 10-20% slower (docs/performance.md, 10.4)."""
+        return live - max(1, live // 8)
 
     def join(self, group: list[Source]) -> None:
         raise NotImplementedError
@@ -290,6 +291,14 @@ class BeamPool(Pool):
         super().__init__(model, cfg, device, keep_attention)
         self.K, self.nbest = K, nbest
         self.scores = self.y = self.positions = self.max_lens = None  # scores (B, K) float64
+
+    def refill_level(self, live: int) -> int:
+        """Refill as soon as a sentence has left. Why: a pool of constant width gives every
+        step's tensors, K times greedy's, the same sizes, so the allocator reuses their pages;
+        refilled at an eighth, the sizes changed every step and the heap fragmented (beam 5,
+        100,000 lines: 461.6 MiB peak, 442.8 refilled at once, at the same speed; a step costs
+        enough that encoding one sentence at a time does not show; docs/performance.md, 10.4)."""
+        return live - 1
 
     def join(self, group: list[Source]) -> None:
         mem, state = self.encode(group)

@@ -128,18 +128,43 @@ def test_sentences_joining_a_search_under_way_decode_as_alone(style, beam):
         torch.testing.assert_close(p[0].attention, a[0].attention)
 
 
-class CountingModel:
-    """A StepModel that counts decoder row-steps."""
+class RecordingModel:
+    """A StepModel that records the sentences of each encoder call and the rows of each step."""
 
     def __init__(self, model):
-        self.model, self.rows = model, 0
+        self.model, self.groups, self.widths = model, [], []
 
     def encode(self, src, src_len):
+        self.groups.append(len(src))
         return self.model.encode(src, src_len)
 
     def step(self, y, state, mem, positions):
-        self.rows += len(y)
+        self.widths.append(len(y))
         return self.model.step(y, state, mem, positions)
+
+    @property
+    def rows(self) -> int:
+        """Decoder row-steps so far."""
+        return sum(self.widths)
+
+
+def test_beam_steps_run_at_full_width_while_sentences_wait():
+    # Beam search refills as soon as a sentence leaves: the width (so every tensor's size) stays
+    # constant until the input runs out, then only shrinks. Greedy refills at an eighth.
+    widths = {}
+    for beam in (1, 3):
+        model = make_model(STYLES["luong"])
+        with torch.no_grad():  # EOS rare: sentences run to their length caps, which differ
+            model.decoder.output_layer.bias[EOS] = -1e4
+        recorder = RecordingModel(model)
+        src, src_len, max_lens = many_sources(count=60)
+        beam_search(recorder, src, src_len, max_lens, DecodeConfig(beam=beam), batch=16)
+        assert recorder.groups[0] == 16 and sum(recorder.groups) == 60
+        widths[beam] = [width // beam for width in recorder.widths]
+    tail = next(i for i, width in enumerate(widths[3]) if width < 16)
+    assert tail > 0 and all(a >= b for a, b in itertools.pairwise(widths[3][tail:]))
+    # greedy: refilled once 2 of the 16 have left, so its width dips and rises again
+    assert 14 in widths[1] and any(a < b for a, b in itertools.pairwise(widths[1]))
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -147,7 +172,7 @@ class CountingModel:
 def test_the_best_only_search_stops_early_and_finds_the_same_best(style, penalty):
     # nbest 1 stops a sentence once its best finished hypothesis beats every live bound; waiting
     # for K finished ones (what an n-best list of K needs) must not find a better one.
-    model = CountingModel(make_model(STYLES[style], dtype=torch.float64))
+    model = RecordingModel(make_model(STYLES[style], dtype=torch.float64))
     src, src_len, max_lens = many_sources(seed=3)
     cfg = PENALTIES[penalty]
     best_only = beam_search(model, src, src_len, max_lens, cfg, nbest=1)
