@@ -4,8 +4,7 @@ The decoding batch is a pool of rows. A sentence's rows leave the pool the step 
 pool's last rows move into their place), and the next sentences (length-sorted by the caller)
 are encoded and join as soon as an eighth of the pool is free (beam search: as soon as one
 sentence is), so steps run at nearly full width and a whole file has one tail instead of one per
-batch. Rows at different target positions share
-a step: every query carries its own position.
+batch. Rows at different target positions share a step: every query carries its own position.
 
 Beam search keeps K rows per sentence (a block) and takes the best 2K candidates of each sentence,
 so that hypotheses ending in EOS leave without shrinking the beam. Histories are back-pointers
