@@ -295,8 +295,8 @@ class BeamPool(Pool):
         """Refill as soon as a sentence has left. Why: a pool of constant width gives every
         step's tensors, K times greedy's, the same sizes, so the allocator reuses their pages;
         refilled at an eighth, the sizes changed every step and the heap fragmented (beam 5,
-        100,000 lines: 461.6 MiB peak, 442.8 refilled at once, at the same speed; a step costs
-        enough that encoding one sentence at a time does not show; docs/performance.md, 10.4)."""
+        100,000 lines: 461.6 MiB peak, 442.8-444.7 refilled at once, at the same speed: a step
+        of K rows per sentence outweighs encoding a sentence or two; docs/performance.md, 10.4)."""
         return live - 1
 
     def join(self, group: list[Source]) -> None:
