@@ -61,3 +61,42 @@ def restart_with_tcmalloc() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+class FreePages:
+    """tcmalloc's free pages, handed back to the system when too many pile up; a no-op on any
+    other allocator.
+
+    Why: tcmalloc keeps the pages of freed memory for the next requests, but a request that no
+    free span fits makes the heap grow instead, and the free spans stay resident. Greedy
+    decoding's pool changes width from step to step, so its tensors change size, and over a
+    long file 20-50 MiB of free pages stayed resident (docs/performance.md, 10.4). Released
+    pages cost a page fault when used again, so they are released only past a limit well above
+    what one step frees and takes back.
+    """
+
+    def __init__(self) -> None:
+        self._bytes = ctypes.c_size_t()
+        try:
+            lib = ctypes.CDLL(None)
+            self._read = lib.MallocExtension_GetNumericProperty
+            self._release = lib.MallocExtension_ReleaseFreeMemory
+        except (AttributeError, OSError):  # not running on tcmalloc
+            self._read = None
+            return
+        self._read.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+        self._read.restype = ctypes.c_int
+
+    def free(self) -> int | None:
+        """Bytes in free pages still resident (None when not on tcmalloc)."""
+        if self._read is None or not self._read(b"tcmalloc.pageheap_free_bytes", ctypes.byref(self._bytes)):
+            return None
+        return self._bytes.value
+
+    def trim(self, limit: int) -> bool:
+        """Hand the free pages back if more than `limit` bytes of them are resident; whether it did."""
+        free = self.free()
+        if free is None or free <= limit:
+            return False
+        self._release()
+        return True

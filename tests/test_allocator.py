@@ -43,3 +43,32 @@ def test_the_restart_keeps_arguments_standard_input_and_the_exit_code(tmp_path):
         nmt("eval", "--hyp", str(tmp_path / "missing.txt"), "--ref", str(tmp_path / "ref.txt")).returncode
         == 2
     )
+
+
+FREED = """
+import sys
+from nmt.allocator import FreePages
+pages = FreePages()
+blocks = [bytearray(1 << 20) for _ in range(64)]  # 64 MiB, then freed: free pages in tcmalloc's heap
+del blocks
+before = pages.free()
+print(before >= 32 << 20, pages.trim(limit=128 << 20), pages.trim(limit=16 << 20), pages.free() < 8 << 20)
+"""
+
+
+@pytest.mark.skipif(not has_tcmalloc, reason="no tcmalloc on this system (Debian: libtcmalloc-minimal4)")
+def test_free_pages_are_handed_back_past_the_limit_only():
+    library = next(filter(None, map(ctypes.util.find_library, allocator.LIBRARIES)))
+    env = {**os.environ, "PYTHONPATH": ROOT, "LD_PRELOAD": library}
+    result = subprocess.run([sys.executable, "-c", FREED], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False", "True", "True"]
+
+
+def test_free_pages_are_a_no_op_on_glibc():
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    env.pop("LD_PRELOAD", None)
+    code = "from nmt.allocator import FreePages; p = FreePages(); print(p.free(), p.trim(0))"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["None", "False"]

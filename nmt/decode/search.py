@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
 from nmt.decode.ranking import NEG_INF, Hypothesis, Source, final_score, restrict, search_is_over
@@ -113,6 +114,8 @@ class Pool:
         self.live: list = []  # one record per sentence (`.source`), in the order of its rows
         self.mem: Any = None
         self.state: Any = None
+        self.pages = FreePages()
+        self.step_bytes = 0  # the size of a step's log-probabilities
 
     @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
     def run(self, feed: Feed) -> Results:
@@ -129,6 +132,16 @@ class Pool:
                     return
                 continue  # a live feed: its iterator blocks while it has nothing in flight
             yield from self.step()
+            # A step frees and takes back about 4 times its log-probabilities: releasing
+            # the free pages past 8 times keeps what fragments from staying resident,
+            # without page faults at every step.
+            self.pages.trim(8 * self.step_bytes)
+
+    def log_probs(self, y: Tensor, positions: Tensor, histories) -> tuple[Tensor, Any, Tensor]:
+        """`step_log_probs` for the pool's rows."""
+        logp, state, w = step_log_probs(self.model, y, self.state, self.mem, positions, histories, self.cfg)
+        self.step_bytes = logp.nbytes
+        return logp, state, w
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
         src, src_len = pad_sources([s.ids for s in group])
@@ -214,9 +227,7 @@ class GreedyPool(Pool):
 
     def step(self) -> Results:
         histories = [r.tokens for r in self.live] if self.cfg.no_repeat_ngram else None
-        logp, self.state, w = step_log_probs(
-            self.model, self.y, self.state, self.mem, self.positions, histories, self.cfg
-        )
+        logp, self.state, w = self.log_probs(self.y, self.positions, histories)
         best, self.y = logp.max(-1)
         self.log_prob += best.double()
         self.positions += 1
@@ -317,7 +328,7 @@ class BeamPool(Pool):
         B, K, cfg = len(self.live), self.K, self.cfg
         rows_at = self.positions.repeat_interleave(K)
         histories = [tr.history(j) for tr in self.live for j in range(K)] if cfg.no_repeat_ngram else None
-        logp, state, w = step_log_probs(self.model, self.y, self.state, self.mem, rows_at, histories, cfg)
+        logp, state, w = self.log_probs(self.y, rows_at, histories)
         # The best 2K candidates overall are among each beam's own best 2K tokens.
         per_beam = min(2 * K, logp.size(-1))
         beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from nmt.allocator import FreePages
 from nmt.config import DecodeConfig, config_from_dict
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.ranking import Source, coverage_penalty, length_penalty
@@ -114,13 +115,17 @@ def test_translation_does_not_depend_on_the_batch(style, beam):
 
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("beam", [1, 3])
-def test_sentences_joining_a_search_under_way_decode_as_alone(style, beam):
-    # Continuous batching: with room for 2 sentences, 7 more join as others finish, at other
-    # target positions and with longer sources (the pool's memory is re-padded).
+@pytest.mark.parametrize("batch", [2, 16])
+def test_sentences_joining_a_search_under_way_decode_as_alone(style, beam, batch):
+    # Continuous batching: with room for 2 (or 16) sentences, the others join as others finish,
+    # at other target positions and with longer sources (the pool's memory is re-padded).
     model = make_model(STYLES[style], dtype=torch.float64)
-    src, src_len, max_lens = many_sources()
+    if batch > 2:  # EOS less likely: sentences finish a few at a time, at most steps
+        with torch.no_grad():
+            model.decoder.output_layer.bias[EOS] -= 2.5
+    src, src_len, max_lens = many_sources(count=9 if batch == 2 else 50)
     cfg = DecodeConfig(beam=beam, alpha=0.6)
-    pooled = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=2)
+    pooled = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=batch)
     alone = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=1)
     for p, a in zip(pooled, alone, strict=True):
         assert [h.tokens for h in p] == [h.tokens for h in a]
@@ -165,6 +170,19 @@ def test_beam_steps_run_at_full_width_while_sentences_wait():
     assert tail > 0 and all(a >= b for a, b in itertools.pairwise(widths[3][tail:]))
     # greedy: refilled once 2 of the 16 have left, so its width dips and rises again
     assert 14 in widths[1] and any(a < b for a, b in itertools.pairwise(widths[1]))
+
+
+def test_free_pages_are_handed_back_past_eight_steps_of_log_probabilities(monkeypatch):
+    # The pool asks the allocator to release its free pages after every step, past a limit
+    # that scales with the step (nmt.allocator.FreePages; a no-op off tcmalloc).
+    limits = []
+    monkeypatch.setattr(FreePages, "trim", lambda self, limit: limits.append(limit))
+    model = make_model(STYLES["luong"])
+    src, src_len, max_lens = many_sources(count=20)
+    for beam in (1, 3):
+        limits.clear()
+        beam_search(model, src, src_len, max_lens, DecodeConfig(beam=beam), batch=8)
+        assert limits and max(limits) == 8 * 8 * beam * V * 4  # 8 sentences of `beam` rows, fp32
 
 
 @pytest.mark.parametrize("style", STYLES)
