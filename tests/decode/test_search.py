@@ -172,17 +172,19 @@ def test_beam_steps_run_at_full_width_while_sentences_wait():
     assert 14 in widths[1] and any(a < b for a, b in itertools.pairwise(widths[1]))
 
 
-def test_free_pages_are_handed_back_past_eight_steps_of_log_probabilities(monkeypatch):
-    # The pool asks the allocator to release its free pages after every step, past a limit
-    # that scales with the step (nmt.allocator.FreePages; a no-op off tcmalloc).
+def test_greedy_search_hands_free_pages_back_past_eight_steps_of_log_probabilities(monkeypatch):
+    # Greedy's pool asks the allocator to release free pages after every step, past a limit
+    # set by its widest step (nmt.allocator.FreePages; a no-op off tcmalloc); beam search's
+    # pool keeps its width, and never does.
     limits = []
     monkeypatch.setattr(FreePages, "trim", lambda self, limit: limits.append(limit))
     model = make_model(STYLES["luong"])
     src, src_len, max_lens = many_sources(count=20)
-    for beam in (1, 3):
-        limits.clear()
-        beam_search(model, src, src_len, max_lens, DecodeConfig(beam=beam), batch=8)
-        assert limits and max(limits) == 8 * 8 * beam * V * 4  # 8 sentences of `beam` rows, fp32
+    beam_search(model, src, src_len, max_lens, DecodeConfig(), batch=8)
+    assert len(limits) > 1 and set(limits) == {8 * 8 * V * 4}  # 8 rows of V fp32 log-probabilities
+    limits.clear()
+    beam_search(model, src, src_len, max_lens, DecodeConfig(beam=3), batch=8)
+    assert not limits
 
 
 @pytest.mark.parametrize("style", STYLES)
