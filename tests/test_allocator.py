@@ -46,7 +46,6 @@ def test_the_restart_keeps_arguments_standard_input_and_the_exit_code(tmp_path):
 
 
 FREED = """
-import sys
 from nmt.allocator import FreePages
 pages = FreePages()
 blocks = [bytearray(1 << 20) for _ in range(64)]  # 64 MiB, then freed: free pages in tcmalloc's heap

@@ -109,12 +109,16 @@ class Pool:
     """The rows being decoded; subclasses say what a row holds, how a step advances them and
     when a sentence is done."""
 
+    # Free pages are handed back to the system once there are more than this many steps'
+    # log-probabilities of them (`allocator.FreePages`); None: never.
+    release_past: int | None = None
+
     def __init__(self, model: StepModel, cfg: DecodeConfig, device: torch.device, keep_attention: bool):
         self.model, self.cfg, self.device, self.keep_attention = model, cfg, device, keep_attention
         self.live: list = []  # one record per sentence (`.source`), in the order of its rows
         self.mem: Any = None
         self.state: Any = None
-        self.pages = FreePages()
+        self.pages = FreePages() if self.release_past else None
         self.step_bytes = 0  # the size of the widest step's log-probabilities
 
     @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
@@ -132,7 +136,7 @@ class Pool:
                     return
                 continue  # a live feed: its iterator blocks while it has nothing in flight
             yield from self.step()
-            if self.release_past:
+            if self.pages:
                 self.pages.trim(self.release_past * self.step_bytes)
 
     def log_probs(self, y: Tensor, positions: Tensor, histories) -> tuple[Tensor, Any, Tensor]:
@@ -151,10 +155,6 @@ class Pool:
             self.mem, self.state = mem, state
         else:
             self.mem, self.state = self.mem.join(mem), self.state.join(state)
-
-    # Free pages are handed back to the system once there are more than this many steps'
-    # log-probabilities of them (`allocator.FreePages`); None: never.
-    release_past: int | None = None
 
     def refill_level(self, live: int) -> int:
         """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a
@@ -214,7 +214,8 @@ class GreedyPool(Pool):
 
     Refilled at an eighth, the pool's width and so its tensors' sizes change from step to step,
     and free pages fragment; a step frees and takes back about 4 times its log-probabilities, so
-    past 8 times they are handed back (10,000 lines: 417-419 MiB peak, 421-427 without)."""
+    past 8 times they are handed back (100,000 lines: 422 MiB peak, 433 without;
+    docs/performance.md, 10.4)."""
 
     release_past = 8
 
