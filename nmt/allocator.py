@@ -41,6 +41,11 @@ def describe() -> str:
     return f"system (glibc; {INSTALL_HINT})"
 
 
+def tcmalloc_library() -> str | None:
+    """The name of the system's tcmalloc to preload, or None where there is none."""
+    return next(filter(None, map(ctypes.util.find_library, LIBRARIES)), None)
+
+
 def restart_with_tcmalloc() -> None:
     """Replace this process by the same command with tcmalloc preloaded (same pid, arguments,
     standard streams and environment), once; a no-op where there is none to preload."""
@@ -51,7 +56,7 @@ def restart_with_tcmalloc() -> None:
         or os.environ.get(f"{SWITCH}_TRIED")  # the preload did not take: do not loop
     ):
         return
-    library = next(filter(None, map(ctypes.util.find_library, LIBRARIES)), None)
+    library = tcmalloc_library()
     if library is None:
         return
     preload = " ".join(filter(None, [library, os.environ.get("LD_PRELOAD")]))

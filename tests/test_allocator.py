@@ -1,6 +1,5 @@
 """nmt restarts itself on tcmalloc when the system has it (nmt/allocator.py), in real processes."""
 
-import ctypes.util
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import pytest
 from nmt import allocator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-has_tcmalloc = any(map(ctypes.util.find_library, allocator.LIBRARIES))
+has_tcmalloc = allocator.tcmalloc_library() is not None
 
 
 def nmt(*args, env=None, **kwargs):
@@ -57,8 +56,7 @@ print(before >= 32 << 20, pages.trim(limit=128 << 20), pages.trim(limit=16 << 20
 
 @pytest.mark.skipif(not has_tcmalloc, reason="no tcmalloc on this system (Debian: libtcmalloc-minimal4)")
 def test_free_pages_are_handed_back_past_the_limit_only():
-    library = next(filter(None, map(ctypes.util.find_library, allocator.LIBRARIES)))
-    env = {**os.environ, "PYTHONPATH": ROOT, "LD_PRELOAD": library}
+    env = {**os.environ, "PYTHONPATH": ROOT, "LD_PRELOAD": allocator.tcmalloc_library()}
     result = subprocess.run([sys.executable, "-c", FREED], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "True", "True"]
