@@ -3,7 +3,7 @@
 Why: training allocates tensors of a new size with every batch, and glibc's allocator fragments
 under that: the bench model's process grew from 0.7 to 1.7 GB in 300 steps, and 15-minute runs
 peaked at 2-4 GB, while under tcmalloc it peaks at 1.0-1.1 GB and steps 5-8% faster
-(docs/performance.md, section 10). An allocator must be in place before the process starts, so
+(docs/notes/performance-history.md, section 10). An allocator must be in place before the process starts, so
 `nmt` starts itself again once with tcmalloc in LD_PRELOAD, as torch's own launcher does
 (`python -m torch.backends.xeon.run_cpu --enable-tcmalloc`). NMT_ALLOCATOR=system keeps glibc's.
 
@@ -75,7 +75,7 @@ class FreePages:
     Why: tcmalloc keeps the pages of freed memory for the next requests, but a request that no
     free span fits makes the heap grow instead, and the free spans stay resident. Greedy
     decoding's pool changes width from step to step, so its tensors change size, and over a
-    long file 20-50 MiB of free pages stayed resident (docs/performance.md, 10.4). Released
+    long file 20-50 MiB of free pages stayed resident (docs/notes/performance-history.md, 10.4). Released
     pages cost a page fault when used again, so they are released only past a limit well above
     what one step frees and takes back.
     """

@@ -159,7 +159,7 @@ class Pool:
     def refill_level(self, live: int) -> int:
         """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a
         time keeps steps wide, where encoding each sentence as its row frees up made greedy
-        decoding 10-20% slower (docs/performance.md, 10.4)."""
+        decoding 10-20% slower (docs/notes/performance-history.md, 10.4)."""
         return live - max(1, live // 8)
 
     def join(self, group: list[Source]) -> None:
@@ -215,7 +215,7 @@ class GreedyPool(Pool):
     Refilled at an eighth, the pool's width and so its tensors' sizes change from step to step,
     and free pages fragment; a step frees and takes back about 4 times its log-probabilities, so
     past 8 times they are handed back (100,000 lines: 422 MiB peak, 433 without;
-    docs/performance.md, 10.4)."""
+    docs/notes/performance-history.md, 10.4)."""
 
     release_past = 8
 
@@ -316,7 +316,8 @@ class BeamPool(Pool):
         step's tensors, K times greedy's, the same sizes, so the allocator reuses their pages;
         refilled at an eighth, the sizes changed every step and the heap fragmented (beam 5,
         100,000 lines: 461.6 MiB peak, 442.8-444.7 refilled at once, at the same speed: a step
-        of K rows per sentence outweighs encoding a sentence or two; docs/performance.md, 10.4)."""
+        of K rows per sentence outweighs encoding a sentence or two;
+        docs/notes/performance-history.md, 10.4)."""
         return live - 1
 
     def join(self, group: list[Source]) -> None:

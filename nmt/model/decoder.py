@@ -47,7 +47,7 @@ class Memory:
     In a search's pool the tensors are the first rows of `buffers`, which keep their size while
     sentences leave and join: copying the whole pool whenever a sentence left (1 GB of copies to
     decode 1,000 sentences) fragmented the allocator's pages and raised a long decode's peak
-    (10,000 lines greedy: 439-452 MiB, 422-434 without the copies; docs/performance.md, 10.4).
+    (10,000 lines greedy: 439-452 MiB, 422-434 without the copies; docs/notes/performance-history.md, 10.4).
     """
 
     memory: Tensor  # (B, S, M) annotations
@@ -142,7 +142,7 @@ class Decoder(Registry, nn.Module):
         A single step (every decoding step; training with input feeding or Bahdanau's order)
         goes through `lstm_cell` with the LSTM's own weights: its products on oneDNN beat one
         nn.LSTM call at every row count measured, 1 to 320 rows, 1 and 2 threads, in decoding
-        and in training (docs/performance.md §9); it is also what exports to ONNX.
+        and in training (docs/notes/performance-history.md §9); it is also what exports to ONNX.
         """
         if x.size(1) > 1 or self.quantized:
             return self.rnn(x, (state.h, state.c))
@@ -171,7 +171,7 @@ class Decoder(Registry, nn.Module):
         where R = B * mem.beams.
 
         Under beam search a sentence's K beams attend as K query positions over its one memory,
-        so neither the memory nor its keys are copied K times (docs/performance.md §8).
+        so neither the memory nor its keys are copied K times (docs/notes/performance-history.md §8).
         """
         if mem.beams == 1:
             return self.attention(query, mem.keys, mem.memory, mem.mask, positions)

@@ -3,7 +3,7 @@
 Why it matters: PyTorch's per-layer defaults draw embeddings from N(0, 1), so the 256-dimensional
 inputs of every LSTM start with a norm of ~16 while its weights are U(±0.04); Luong et al. (2015,
 §4.1) and OpenNMT-py draw every parameter from U(-0.1, 0.1) instead, and learn much faster early
-on (docs/performance.md §8).
+on (docs/notes/performance-history.md §8).
 """
 
 from __future__ import annotations

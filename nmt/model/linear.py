@@ -4,7 +4,7 @@ Why: torch's CPU matmul calls MKL, which takes a slow code path on AMD CPUs; one
 every x86 torch build, does not. On this AMD EPYC (2 threads) a decoder step's output layer,
 64 x 512 @ 512 x 8000, takes 4.8 ms through MKL, 2.9 ms through oneDNN and 1.7 ms with the
 weight prepacked for oneDNN; training's (1,024 rows) takes 44 ms forward and 41 + 41 ms for the
-two gradients through MKL, 19 + 21 + 26 ms through oneDNN (docs/performance.md §9). The results
+two gradients through MKL, 19 + 21 + 26 ms through oneDNN (docs/notes/performance-history.md §9). The results
 differ from MKL's by float rounding only.
 
 Everywhere else (CUDA, half precision, ONNX export, oneDNN switched off or missing) this is
@@ -121,7 +121,7 @@ class Linear(nn.Linear):
     `once_per_batch` marks a product applied to a whole batch at once (the attention keys of the
     encoder memory). Without gradients (decoding) it runs through F.linear: oneDNN keeps state
     for each product shape it meets, and these shapes are new with every group of sentences
-    that joins a decode, so a long file kept adding to it (docs/performance.md, section 10)."""
+    that joins a decode, so a long file kept adding to it (docs/notes/performance-history.md, section 10)."""
 
     def __init__(self, *args, once_per_batch: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
