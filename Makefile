@@ -6,12 +6,12 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR   ?= demo
 # the optional extras the tests exercise, so `make test` runs every integration for real
-EXTRAS     ?= dev,serve,tensorboard,mlflow,onnx,browser
+EXTRAS     ?= dev,serve,tensorboard,mlflow,onnx,browser,docs
 BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format bench bench-serve bench-scale study clean
+.PHONY: install test demo lint format docs bench bench-serve bench-scale study clean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The documentation site (mkdocs.yml: docs/*.md, the README as its home page, the API reference
+# from the docstrings) into site/; --strict turns every warning, a broken link or anchor
+# included, into an error. Open site/index.html.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The toy task end to end: data, training (about a minute on 2 CPU cores), translation of the
 # test split, scores, the alignment error rate of its attention, examples, attention heatmaps
