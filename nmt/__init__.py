@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.2.0"
+from nmt.version import VERSION as __version__  # noqa: N811 (the conventional name)
 
 # public name -> the module that defines it ("" : the name is a callable subpackage)
 _EXPORTS = {

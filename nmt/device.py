@@ -38,18 +38,19 @@ def environment_report() -> str:
     import sacrebleu
     import sentencepiece
 
-    from nmt import __version__, allocator
+    from nmt.allocator import describe as describe_allocator
+    from nmt.version import VERSION
 
     cuda = torch.cuda.is_available()
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     lines = [
-        f"nmt {__version__}",
+        f"nmt {VERSION}",
         f"python {platform.python_version()} ({platform.platform()})",
         f"torch {torch.__version__} (CUDA build {torch.version.cuda or 'none'})",
         f"CUDA available: {cuda}" + (f" ({', '.join(devices)})" if devices else ""),
         f"MPS available: {torch.backends.mps.is_available()}",
         f"threads: {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
-        f"memory allocator: {allocator.describe()}",
+        f"memory allocator: {describe_allocator()}",
         f"sentencepiece {sentencepiece.__version__}, sacrebleu {sacrebleu.__version__}, "
         f"numpy {numpy.__version__}",
     ]

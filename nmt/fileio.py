@@ -162,6 +162,14 @@ def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path | None
                 )
 
 
+def check_same_length(files: dict[Path | None, list[str] | None]) -> None:
+    """Parallel files must have as many lines each; the error names them and their counts."""
+    counts = {path: len(lines) for path, lines in files.items() if lines is not None}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{path} has {n}" for path, n in counts.items())
+        raise NMTError(f"the files must have one line per sentence each, but {listed} lines")
+
+
 def _same_file(a: Path, b: Path) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)

@@ -12,24 +12,23 @@ import nmt
 
 PACKAGE = Path(nmt.__file__).parent
 
-# Lowest first; a module may import from a lower layer, or from its own package (the same prefix).
-LAYERS = [
-    ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words", "nmt.allocator"],
+# Two storeys (docs/architecture.md). The core, lowest layer first: a module may import from a
+# lower layer or from its own unit, never sideways within a layer nor up.
+CORE = [
+    ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words", "nmt.allocator", "nmt.version", "nmt.assets"],
     ["nmt.fileio", "nmt.config", "nmt.device", "nmt.hub"],
     ["nmt.plots", "nmt.rundir"],
-    ["nmt.data"],
+    ["nmt.data", "nmt.evaluate"],
     ["nmt.model"],
-    ["nmt.checkpoint"],
-    ["nmt.decode"],
-    ["nmt.runtime"],
-    ["nmt.evaluate"],
-    ["nmt.ship"],
+    ["nmt.checkpoint", "nmt.text"],
+    ["nmt.decode", "nmt.runtime"],
     ["nmt.train"],
-    ["nmt.compare"],
-    ["nmt.serve"],
-    ["nmt.cli"],
-    ["nmt.__main__"],
 ]
+# The applications: each uses the core and never another application.
+APPLICATIONS = ["nmt.commands", "nmt.explore", "nmt.ship", "nmt.compare", "nmt.serve"]
+# The front ends: the command line dispatches to the applications and the core.
+FRONT = [["nmt.cli"], ["nmt.__main__"]]
+LAYERS = [*CORE, APPLICATIONS, *FRONT]
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -39,6 +38,12 @@ def layer_of(module: str) -> tuple[int, str]:
             if module == unit or module.startswith(unit + "."):
                 return index, unit
     raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/architecture.md")
+
+
+def allowed(importer: str, target: str) -> bool:
+    """Down the stack, or inside the importer's own unit."""
+    (my_layer, my_unit), (layer, unit) = layer_of(importer), layer_of(target)
+    return layer < my_layer or unit == my_unit
 
 
 def module_name(path: Path) -> str:
@@ -62,28 +67,46 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+# the package facade (nmt/__init__.py) is the Python API's door: it may name anything, lazily
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
 def test_imports_point_down_the_stack(path):
     me = module_name(path)
-    my_layer, my_unit = layer_of(me)
     for line, target in imports(path):
-        if target == "nmt":  # the version string
-            continue
-        layer, unit = layer_of(target)
-        assert layer < my_layer or unit == my_unit, (
-            f"{path.relative_to(PACKAGE.parent)}:{line} imports {target} (layer {layer}, {unit}) "
-            f"from layer {my_layer} ({my_unit}): imports must point down the stack"
+        assert allowed(me, target), (
+            f"{path.relative_to(PACKAGE.parent)}:{line} imports {target} (layer {layer_of(target)}) "
+            f"from layer {layer_of(me)}: imports must point down the stack, never between applications"
         )
+
+
+def test_nothing_imports_the_package_facade():
+    """`import nmt` inside the package would tie every module to the facade's lazy names."""
+    for path in SOURCES:
+        assert "nmt" not in [target for _, target in imports(path)], path
+
+
+def test_every_unit_is_in_one_layer_and_every_package_in_a_unit():
+    units = [unit for layer in LAYERS for unit in layer]
+    assert len(units) == len(set(units))
+    for path in SOURCES:
+        layer_of(module_name(path))
+
+
+def test_applications_use_the_core_and_not_each_other():
+    assert allowed("nmt.serve.app", "nmt.decode.translator")
+    assert not allowed("nmt.serve.app", "nmt.explore.page")
+    assert not allowed("nmt.ship.release", "nmt.commands.evaluate")
+    assert not allowed("nmt.decode.search", "nmt.runtime.search")  # the two engines share nmt.text
+    assert allowed("nmt.cli.serve", "nmt.serve.server")
 
 
 def test_the_layer_test_catches_a_lazy_upward_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from nmt.train.trainer import Trainer\n")
     assert (2, "nmt.train.trainer") in imports(bad)
-    assert layer_of("nmt.train.trainer")[0] > layer_of("nmt.model.decoder")[0]
+    assert not allowed("nmt.model.decoder", "nmt.train.trainer")
 
 
 def test_the_model_does_not_import_sentencepiece_or_the_data_layer():

@@ -186,7 +186,7 @@ def test_plot_curves_overlays_runs(trained, tmp_path):
 
 
 def test_interactive_mode_answers_each_line(trained, monkeypatch, capsys):
-    from nmt.decode.output import OutputOptions, interactive
+    from nmt.commands.translate import OutputOptions, interactive
     from nmt.decode.translator import load_translator
 
     answers = iter(["5.6.1990", ""])

@@ -133,7 +133,7 @@ def test_sort_windows_and_the_reorder_buffer_keep_input_order(model, text, monke
     # Input is sorted by length in windows; results leave in input order as their turn comes.
     lines = "\n".join([*text[:5], "", *text[5:]]) + "\n"
     whole = translate("-m", model, "--batch-size", 3, input=lines).stdout
-    monkeypatch.setattr("nmt.decode.text.SORT_WINDOW", 4)
+    monkeypatch.setattr("nmt.text.translation.SORT_WINDOW", 4)
     windowed = translate("-m", model, "--batch-size", 3, input=lines).stdout
     assert windowed == whole and whole.splitlines()[5] == ""
 
@@ -168,8 +168,8 @@ def test_int8_is_for_the_torch_engine(model):
 
 
 def test_a_long_input_is_read_as_it_is_translated(model, text):
-    from nmt.decode.text import SORT_WINDOW
     from nmt.decode.translator import load_translator
+    from nmt.text.translation import SORT_WINDOW
 
     pulled = []
 

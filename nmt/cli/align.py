@@ -49,7 +49,7 @@ def align(
 ) -> None:
     """Word alignments from attention, in Pharaoh format, and their AER against gold links
     (nmt align -m runs/toy --src test.human --ref test.iso --gold test.align -o test.out.align)."""
-    from nmt.evaluate.report import run_align
+    from nmt.commands.align import run_align
 
     summary = run_align(model, src, ref, gold, output, method, threshold, {"beam": beam}, device)
     echo_written(output)

@@ -67,7 +67,7 @@ def eval_cmd(
     ] = None,
 ) -> None:
     """Score output with sacreBLEU, overall and by length (nmt eval --hyp out.txt --ref ref.txt)."""
-    from nmt.evaluate.report import run_eval
+    from nmt.commands.evaluate import run_eval
     from nmt.evaluate.scoring import EvalOptions, parse_buckets
 
     opts = EvalOptions(

@@ -29,6 +29,6 @@ def explore(
 ) -> None:
     """One HTML page to browse attention, n-best lists and alignments of one or more systems
     (nmt explore -m runs/a -m runs/b --src test.de --ref test.en -o explore.html)."""
-    from nmt.evaluate.explore import build_explorer
+    from nmt.explore.page import build_explorer
 
     typer.echo(build_explorer(model, src, ref, output, {"beam": beam}, nbest, device))

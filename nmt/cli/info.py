@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 
-from nmt import __version__
 from nmt.cli.app import app, builtin_config_names, user_errors
+from nmt.version import VERSION
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"nmt {__version__}")
+        typer.echo(f"nmt {VERSION}")
         raise typer.Exit()
 
 

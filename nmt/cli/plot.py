@@ -31,7 +31,7 @@ def plot_attention(
     dpi: Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of a PNG.")] = 100,
 ) -> None:
     """Attention heatmap of one sentence (nmt plot attention --attention att.jsonl -o a.png)."""
-    from nmt.evaluate.report import plot_attention_of
+    from nmt.commands.plot import plot_attention_of
 
     plot_attention_of(output, attention, index, model, sentence, beam, pieces, dpi)
     echo_written(output)

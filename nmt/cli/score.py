@@ -27,7 +27,7 @@ def score(
 ) -> None:
     """Forced decoding: log-probability, perplexity, per-token scores of given targets
     (nmt score -m runs/toy --src test.human --ref test.iso -o scores.jsonl)."""
-    from nmt.decode.output import score_files
+    from nmt.commands.score import score_files
 
     records, summary = score_files(model, src, ref, output, ensemble, device)
     typer.echo(records, nl=False)

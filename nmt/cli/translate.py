@@ -87,7 +87,7 @@ def translate(
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
-    from nmt.decode.output import OutputOptions, translate_files
+    from nmt.commands.translate import OutputOptions, translate_files
     from nmt.errors import NMTError
     from nmt.fileio import check_outputs
 

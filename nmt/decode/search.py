@@ -24,7 +24,7 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
-from nmt.decode.ranking import NEG_INF, Hypothesis, Source, final_score, restrict, search_is_over
+from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score, restrict, search_is_over
 from nmt.vocab import BOS, EOS
 
 Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypotheses, best first)

@@ -17,11 +17,11 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.forced import ForcedScore, forced_decode
-from nmt.decode.ranking import Hypothesis, Source
 from nmt.decode.search import StepModel, search
-from nmt.decode.text import TextTranslator, Translation, WordAttention
 from nmt.errors import NMTError
 from nmt.model.seq2seq import count_parameters
+from nmt.text.ranking import Hypothesis, Source
+from nmt.text.translation import TextTranslator, Translation, WordAttention
 from nmt.vocab import EOS
 
 __all__ = ["ModelInfo", "Translation", "Translator", "WordAttention", "load_translator"]

@@ -1,3 +1,3 @@
 """A decoder without torch: the ONNX graphs of `nmt export`, run by onnxruntime, searched with
-numpy (greedy and beam, with the ranking rules of `nmt.decode.ranking`). Imports only numpy,
+numpy (greedy and beam, with the ranking rules of `nmt.text.ranking`). Imports only numpy,
 onnxruntime, sentencepiece and nmt modules that do not import torch (a test holds it to that)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from nmt.config import DecodeConfig
-from nmt.decode.ranking import Hypothesis, final_score, restrict, search_is_over
 from nmt.runtime.model import OnnxModel
+from nmt.text.ranking import Hypothesis, final_score, restrict, search_is_over
 from nmt.vocab import BOS, EOS
 
 

@@ -8,12 +8,12 @@ import numpy as np
 
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.tokenizer import TokenizerPair
-from nmt.decode.ranking import Hypothesis
-from nmt.decode.text import TextTranslator
 from nmt.errors import NMTError
 from nmt.hub import resolve_model_path
 from nmt.runtime.model import OnnxModel
 from nmt.runtime.search import beam_search, greedy_search
+from nmt.text.ranking import Hypothesis
+from nmt.text.translation import TextTranslator
 from nmt.vocab import PAD
 
 

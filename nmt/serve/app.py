@@ -20,12 +20,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nmt import __version__
+from nmt.assets import heatmap_js
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
-from nmt.evaluate.explore import heatmap_js
 from nmt.serve.batcher import Batcher, QueueFullError
 from nmt.serve.requests import Limits, RequestError, parse_translate, translation_json
+from nmt.version import VERSION
 
 log = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -112,7 +112,7 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
         batching = {"max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_ms}
         return JSONResponse(
             {
-                "version": __version__,
+                "version": VERSION,
                 "default_model": next(iter(translators)),
                 "models": models,
                 "limits": {**limits.to_dict(), "queue_size": batcher.queue_size},

@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from nmt.decode.ranking import Source
 from nmt.decode.translator import Translation, Translator
 from nmt.errors import NMTError
+from nmt.text.ranking import Source
 
 log = logging.getLogger("nmt.serve")
 

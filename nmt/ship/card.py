@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nmt import __version__
 from nmt.checkpoint import LoadedModel
 from nmt.model.seq2seq import count_parameters
+from nmt.version import VERSION
 
 
 @dataclass
@@ -88,7 +88,7 @@ def model_card(
     lines = [
         f"# {name}: {cfg.data.src_lang} -> {cfg.data.tgt_lang} attentional LSTM translation model",
         "",
-        f"Released with nmt {__version__}: `model.safetensors` (weights only), `config.yaml` (model, "
+        f"Released with nmt {VERSION}: `model.safetensors` (weights only), `config.yaml` (model, "
         "decoding and input settings), the SentencePiece model(s) and this card.",
         "",
         "| | |",

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nmt import allocator
+from nmt.allocator import describe as describe_allocator
 from nmt.checkpoint import model_weights, read_checkpoint, save_checkpoint
 from nmt.config import Config, load_config
 from nmt.data.batching import EpochPlan, collate, length_grouped_batches
@@ -205,7 +205,7 @@ class Trainer:
             f"model: {cfg.model.decoder.style} decoder, {cfg.model.attention.type} attention, "
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
             + (f", {self.world} processes" if self.world > 1 else "")
-            + f"; memory allocator {allocator.describe()}",
+            + f"; memory allocator {describe_allocator()}",
         ]
 
     @property

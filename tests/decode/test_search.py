@@ -10,10 +10,10 @@ import torch
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig, config_from_dict
 from nmt.decode.ensemble import Ensemble
-from nmt.decode.ranking import Source, coverage_penalty, length_penalty
 from nmt.decode.search import search
 from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
+from nmt.text.ranking import Source, coverage_penalty, length_penalty
 from nmt.vocab import BOS, EOS, PAD, UNK
 
 V = 20

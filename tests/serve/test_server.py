@@ -234,7 +234,7 @@ def test_a_busy_port_and_a_missing_checkpoint_are_one_line_errors(model, tmp_pat
 
 def test_the_live_page_in_a_real_browser(server):
     # Type a sentence: the translation, the n-best list and the explorer's heatmap appear.
-    from tests.evaluate.test_explore import chromium
+    from tests.explore.test_page import chromium
 
     browser = chromium()
     from selenium.webdriver.common.by import By

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nmt.assets import heatmap_js
 from nmt.evaluate.alignment import Argmax, word_matrix
-from nmt.fileio import atomic_write_text, check_outputs, read_lines
+from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
 from nmt.words import WordMap, attention_view, text_words
 
 DATA_MARK = "/*NMT_DATA*/null"
@@ -27,13 +28,8 @@ SCALE = 1000  # weights in thousandths
 
 def template() -> str:
     """The page, with the heatmap module it shares with `nmt serve`'s page inlined."""
-    page = resources.files("nmt.evaluate").joinpath("explore.html").read_text(encoding="utf-8")
+    page = resources.files("nmt.explore").joinpath("explore.html").read_text(encoding="utf-8")
     return page.replace("/*NMT_HEATMAP*/", heatmap_js(), 1)
-
-
-def heatmap_js() -> str:
-    """`NMTHeatmap` (nmt/heatmap.js): the one attention heatmap of every page."""
-    return resources.files("nmt").joinpath("heatmap.js").read_text(encoding="utf-8")
 
 
 def _view(weights, src_pieces: list[str], tgt_pieces: list[str], pieces: bool) -> dict:
@@ -129,7 +125,6 @@ def build_explorer(
 ) -> str:
     """Write the page; returns a summary line."""
     from nmt.checkpoint import load_checkpoint, resolve_checkpoint
-    from nmt.decode.output import check_same_length
     from nmt.decode.translator import Translator
     from nmt.device import resolve_device
 

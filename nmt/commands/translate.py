@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from nmt.decode.forced import ForcedScore
-from nmt.decode.text import TextTranslator, Translation
-from nmt.errors import NMTError
 from nmt.fileio import (
     atomic_text,
-    atomic_write_text,
-    check_outputs,
     count_lines,
     iter_lines,
     line_chunks,
-    read_lines,
 )
+from nmt.text.translation import TextTranslator, Translation
 from nmt.words import attention_view
 
 
@@ -142,59 +136,3 @@ def interactive(translator: TextTranslator, opts: OutputOptions) -> None:
         (t,) = translator.translate([line], opts.nbest)
         sys.stdout.write(format_translation(index, t, opts))
         sys.stdout.flush()
-
-
-def score_record(index: int, model: str, s: ForcedScore) -> dict:
-    """One pair of `nmt score`: total, per piece and per word log-probabilities, perplexity."""
-    return {
-        "index": index,
-        "model": model,
-        "log_prob": round(s.log_prob, 5),
-        "length": s.length,
-        "ppl": round(s.ppl, 5),
-        "pieces": [[p, round(lp, 5)] for p, lp in zip(s.tgt_pieces, s.token_log_probs, strict=True)],
-        "words": [[w, round(lp, 5)] for w, lp in s.word_log_probs()],
-    }
-
-
-def corpus_summary(model: str, scores: list[ForcedScore]) -> str:
-    """The corpus line: summed log-probability, and NLL per token (the validation loss's unit)."""
-    log_prob = sum(s.log_prob for s in scores)
-    tokens = sum(s.length for s in scores)
-    nll = -log_prob / max(1, tokens)
-    return (
-        f"{model}: {len(scores)} pairs, {tokens} tokens, log-prob {log_prob:.4f}, "
-        f"NLL/token {nll:.4f}, ppl {math.exp(min(nll, 50)):.4f}"
-    )
-
-
-def score_files(
-    models: list[Path], src: Path, ref: Path, output: Path | None, ensemble: bool, device: str
-) -> tuple[str, str]:
-    """The whole `nmt score`: JSONL records (one per pair and model) and the summary lines."""
-    from nmt.decode.translator import load_translator
-
-    check_outputs({"-o": output}, {"--src": src, "--ref": ref})
-    sources, targets = read_lines(src), read_lines(ref)
-    check_same_length({src: sources, ref: targets})
-    systems = [(" + ".join(map(str, models)), models)] if ensemble else [(str(m), [m]) for m in models]
-    records, summary = [], []
-    for name, paths in systems:
-        scores = load_translator(paths, {}, device).score(sources, targets)
-        records += [
-            json.dumps(score_record(i, name, s), ensure_ascii=False) + "\n" for i, s in enumerate(scores, 1)
-        ]
-        summary.append(corpus_summary(name, scores))
-    text = "".join(records)
-    if output:
-        atomic_write_text(output, text)
-        text = ""
-    return text, "\n".join(summary)
-
-
-def check_same_length(files: dict[Path, list[str]]) -> None:
-    """Parallel files must have as many lines each; the error names them and their counts."""
-    counts = {path: len(lines) for path, lines in files.items() if lines is not None}
-    if len(set(counts.values())) > 1:
-        listed = ", ".join(f"{path} has {n}" for path, n in counts.items())
-        raise NMTError(f"the files must have one line per sentence each, but {listed} lines")

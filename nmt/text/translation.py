@@ -20,13 +20,13 @@ from typing import Any
 from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
-from nmt.decode.ranking import Hypothesis, Source
 from nmt.errors import NMTError
+from nmt.text.ranking import Hypothesis, Source
 from nmt.vocab import EOS
 from nmt.words import merge_attention
 
 # Lines sorted by length together: plenty for full batches, and a small reorder buffer (2,000
-# lines held 2 MiB more of Python objects for no gain in speed; docs/performance.md, 10.4).
+# lines held 2 MiB more of Python objects for no gain in speed; docs/notes/performance-history.md, 10.4).
 SORT_WINDOW = 1_000
 
 

@@ -1,0 +1,63 @@
+"""`nmt align` as a function: word alignments from attention, and their error rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt.errors import NMTError
+from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
+
+
+def run_align(
+    models: list[Path],
+    src: Path,
+    ref: Path | None,
+    gold: Path | None,
+    output: Path,
+    how: str,
+    threshold: float,
+    decode_overrides: dict,
+    device: str,
+) -> str:
+    """The whole `nmt align`: Pharaoh links from the attention of free decoding, or of forced
+    decoding on --ref; with --gold, the AER line. Everything is checked before anything is written."""
+    from nmt.decode.translator import load_translator
+    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method, parse_pharaoh
+    from nmt.words import text_words
+
+    chosen = method(how, threshold)
+    check_outputs({"-o": output}, {"--src": src, "--ref": ref, "--gold": gold})
+    sources = read_lines(src)
+    targets = read_lines(ref) if ref else None
+    gold_lines = read_lines(gold) if gold else None
+    check_same_length({src: sources, ref: targets, gold: gold_lines})
+    gold_links = []
+    for n, line in enumerate(gold_lines or [], 1):
+        sure, possible = parse_pharaoh(line, f"{gold}:{n}")
+        n_src = len(text_words(sources[n - 1]))
+        n_tgt = len(text_words(targets[n - 1])) if targets else None
+        for i, j in sorted(possible):
+            if i >= n_src or (n_tgt is not None and j >= n_tgt):
+                raise NMTError(
+                    f"{gold}:{n}: link {i}-{j} is outside the sentence ({n_src} source words"
+                    + (f", {n_tgt} target words" if n_tgt is not None else "")
+                    + "; indices are 0-based)"
+                )
+        gold_links.append((sure, possible))
+    translator = load_translator(models, decode_overrides, device)
+    if targets is not None:
+        decoded = [(s.attention, s.src_pieces, s.tgt_pieces) for s in translator.score(sources, targets)]
+    else:
+        decoded = [
+            (t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces) if t.hypotheses else None
+            for t in translator.translate(sources)
+        ]
+    links = [
+        set() if item is None or not line.strip() else align(*item, chosen)
+        for item, line in zip(decoded, sources, strict=True)
+    ]
+    atomic_write_text(output, "".join(format_pharaoh(a) + "\n" for a in links))
+    if gold_links:
+        mode = "forced on the reference" if targets is not None else "free decoding"
+        return f"{how} ({mode}): " + alignment_error_rate(links, gold_links).line()
+    return ""

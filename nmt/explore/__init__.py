@@ -1,0 +1,1 @@
+"""`nmt explore`: one self-contained HTML page to browse what attention does (`page`)."""
