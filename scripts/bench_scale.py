@@ -133,12 +133,12 @@ def train_largest_second(arguments: list[str]) -> None:
     import numpy as np
 
     from nmt.data.batching import EpochPlan
-    from nmt.train.trainer import Trainer
+    from nmt.train.epochs import Epochs
 
-    plan_epoch = Trainer._epoch_batches
+    plan_epoch = Epochs.plan
 
-    def largest_second(trainer: Trainer) -> EpochPlan:
-        plan, corpus = plan_epoch(trainer), trainer.train_data
+    def largest_second(epochs: Epochs, epoch: int) -> EpochPlan:
+        plan, corpus = plan_epoch(epochs, epoch), epochs.corpus
         src, tgt = (
             np.maximum.reduceat(side.lengths[plan.order], plan.starts[:-1])
             for side in (corpus.src, corpus.tgt)
@@ -149,7 +149,7 @@ def train_largest_second(arguments: list[str]) -> None:
         sequence = np.concatenate([rest[:1], plan.sequence[first : first + 1], rest[1:]])
         return EpochPlan(plan.order, plan.starts, sequence)
 
-    Trainer._epoch_batches = largest_second
+    Epochs.plan = largest_second
     from nmt.cli import app
 
     app(["train", *arguments])

@@ -22,8 +22,8 @@ def train(
     quiet: QuietOption = False,
 ) -> None:
     """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy)."""
-    from nmt.train.trainer import Interrupted
-    from nmt.train.trainer import train as run_training
+    from nmt.train.run import train as run_training
+    from nmt.train.signals import Interrupted
 
     try:
         result = run_training(config, set_ or [], output, resume, quiet)

@@ -1,4 +1,5 @@
-"""Training: the loop (`trainer`), loss, schedules, precision, checkpoint keeping, distributed.
+"""Training: the command (`run`), the loop (`trainer`) and its parts: budgets, validation,
+checkpoints, reporting, signals, progress; loss, schedules, precision, distributed.
 
 The package is also callable, as the notebook entry point: `nmt.train("toy-luong.yaml",
 overrides={"train.max_steps": 200}, output="runs/toy")` is `nmt train` from Python. A module
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nmt.train.trainer import TrainResult
+    from nmt.train.progress import TrainResult
 
 
 class _CallablePackage(types.ModuleType):
@@ -31,7 +32,7 @@ class _CallablePackage(types.ModuleType):
         `overrides` {"section.key": value} (or "section.key=value" strings), `output` the run
         directory (default runs/CONFIG), `resume` a run directory to continue. Progress bars use
         `tqdm.auto`, so they render in Jupyter. Returns the `TrainResult` (run_dir, best, ...)."""
-        from nmt.train.trainer import train
+        from nmt.train.run import train
 
         return train(config, overrides, output, resume, quiet)
 

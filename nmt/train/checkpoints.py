@@ -1,15 +1,19 @@
-"""Which checkpoints a run keeps: last.pt, best.pt, the k best and the last n validation
-snapshots (step-N.pt), and the average of the last n."""
+"""The checkpoint life cycle of a run: last.pt, best.pt, the k best and the last n validation
+snapshots (step-N.pt), the average of the last n, a damaged best.pt rebuilt, and the random
+state of every process that a resume needs besides the weights."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import average_checkpoints
+from nmt.checkpoint import average_checkpoints, read_checkpoint
+from nmt.errors import NMTError
 from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
+from nmt.train import distributed
 
 
 class CheckpointKeeper:
@@ -17,6 +21,17 @@ class CheckpointKeeper:
         self.directory = Path(directory)
         self.keep_best, self.average_last = keep_best, average_last
         self.sign = 1.0 if higher_is_better else -1.0
+        self.last_save = time.perf_counter()
+
+    def saved(self) -> None:
+        self.last_save = time.perf_counter()
+
+    def due(self, minutes: float) -> bool:
+        """Whether last.pt is due (every `minutes`); rank 0's clock decides for every process,
+        since saving gathers them all."""
+        rank0 = distributed.rank_and_world()[0] == 0
+        late = rank0 and bool(minutes) and time.perf_counter() - self.last_save >= 60 * minutes
+        return distributed.broadcast_from_rank0(late)
 
     def snapshot(self, step: int) -> Path:
         return self.directory / f"step-{step}.pt"
@@ -39,9 +54,53 @@ class CheckpointKeeper:
             if int(path.stem.split("-")[1]) not in keep:
                 path.unlink()
 
+    def repair_best(self, validations: list[tuple[int, float]]) -> str:
+        """A best.pt that is missing or unreadable (a crash or a full disk while writing it) is
+        rebuilt from the best validation's snapshot if one was kept, else from last.pt; returns
+        a note saying so ('' when best.pt is whole or no validation has run)."""
+        best = self.directory / BEST
+        if not validations:
+            return ""
+        try:
+            read_checkpoint(best)
+            return ""
+        except NMTError:
+            pass
+        best_step = max(validations, key=lambda sv: self.sign * sv[1])[0]
+        source = self.snapshot(best_step)
+        if not source.is_file():
+            source = self.directory / LAST
+        atomic_copy(source, best)
+        return f"{best} was missing or damaged; rebuilt it from {source.name}"
+
     def average(self, validations: list[tuple[int, float]]) -> dict[str, torch.Tensor] | None:
         """Mean weights of the last `average_last` validation snapshots (None if fewer than 2)."""
         steps = [s for s, _ in validations[-self.average_last :]]
         if self.average_last < 2 or len(steps) < 2:
             return None
         return average_checkpoints([self.snapshot(step) for step in steps])["model"]
+
+
+def rng_state(generator: torch.Generator) -> dict[str, object]:
+    """This process's random state: torch's, the teacher-forcing coins', CUDA's."""
+    rng = {"torch": torch.get_rng_state(), "teacher_forcing": generator.get_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def rng_record(states: list[dict]) -> dict:
+    """The `rng` entry of a checkpoint from every process's state: the first process's, and all
+    of them under torchrun (replicas draw different dropout masks and coins)."""
+    return states[0] | ({"processes": states} if len(states) > 1 else {})
+
+
+def restore_rng(rng: dict, generator: torch.Generator, rank: int, world: int) -> None:
+    """The random state a checkpoint stored: each process its own when it holds one per process
+    of this run (replicas draw different dropout masks and coins), else the first process's."""
+    if len(rng.get("processes", [])) == world:
+        rng = rng["processes"][rank]
+    torch.set_rng_state(rng["torch"].cpu())
+    generator.set_state(rng["teacher_forcing"].cpu())
+    if torch.cuda.is_available() and "cuda" in rng:
+        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])

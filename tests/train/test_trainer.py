@@ -203,14 +203,14 @@ def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
 
 
 def test_a_non_finite_loss_stops_with_a_clear_message(toy_dir, tmp_path, monkeypatch):
-    import nmt.train.trainer as trainer_module
+    import nmt.train.learner as learner_module
     from nmt.train.loss import LossSums
 
     cfg = tiny_config(toy_dir)
     prepare_run_dir(tmp_path / "run", cfg)
     trainer = Trainer(cfg, tmp_path / "run", quiet=True)
     monkeypatch.setattr(
-        trainer_module, "batch_loss", lambda *a: LossSums(torch.tensor(float("nan")), float("nan"), 5)
+        learner_module, "batch_loss", lambda *a: LossSums(torch.tensor(float("nan")), float("nan"), 5)
     )
     with pytest.raises(NMTError, match="non-finite loss at step 1"):
         trainer.train_step([list(range(8))])

@@ -1,0 +1,92 @@
+"""The model and what updates it: the loss, the optimiser, its learning-rate schedule and the
+precision (AMP and its gradient scaler); one optimiser step, and that state in and out of a
+checkpoint."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.allocator import describe as describe_allocator
+from nmt.checkpoint import model_weights, save_checkpoint
+from nmt.config import Config
+from nmt.data.batching import Batch
+from nmt.data.tokenizer import TokenizerPair
+from nmt.errors import NMTError
+from nmt.model.seq2seq import Seq2Seq, count_parameters
+from nmt.train import distributed
+from nmt.train.loss import TokenLoss, batch_loss
+from nmt.train.precision import Precision
+from nmt.train.schedule import Schedule, build_optimizer
+
+
+class Learner:
+    def __init__(self, cfg: Config, vocab: tuple[int, int], device: torch.device, precision: Precision):
+        self.cfg, self.model_cfg, self.device, self.precision = cfg.train, cfg.model, device, precision
+        self.model = Seq2Seq(cfg.model, *vocab).to(device)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
+        self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
+        self.objective = TokenLoss(self.model, cfg.train)
+        self.ddp_objective = distributed.wrap(self.objective, device)
+
+    def step(
+        self, batches: list[Batch], step: int, generator: torch.Generator, last_good: Path
+    ) -> tuple[float, int, bool]:
+        """One optimiser step over `batches` (several = gradient accumulation): this process's
+        summed NLL and target tokens, and whether the step was taken (AMP's scaler skips one
+        that overflowed).
+
+        The loss is normalised by the target tokens of the whole step (over every process under
+        torchrun), so accumulating k batches or running on k processes equals one big batch.
+        """
+        world = distributed.rank_and_world()[1]
+        step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
+        self.model.train()
+        nll, tokens = 0.0, 0
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            with self.precision.autocast(), distributed.no_sync_unless(self.ddp_objective, last):
+                sums = batch_loss(self.ddp_objective, batch, step, generator)
+            if not math.isfinite(sums.nll) and not self.precision.scaler.is_enabled():
+                raise NMTError(
+                    f"training diverged: non-finite loss at step {step + 1}; the last good checkpoint "
+                    f"is {last_good} (try a lower train.lr or train.clip)"
+                )
+            self.precision.backward(sums.objective * world / step_tokens)
+            nll, tokens = nll + sums.nll, tokens + sums.tokens
+        taken = self.precision.step(self.model, self.optimizer, self.cfg.clip)
+        # Gradients go now, not before the next step: none are held while validating.
+        self.optimizer.zero_grad(set_to_none=True)
+        return nll, tokens, taken
+
+    def describe(self, world: int) -> str:
+        """The line a run starts with about its model and where it trains."""
+        model = self.model_cfg
+        return (
+            f"model: {model.decoder.style} decoder, {model.attention.type} attention, "
+            f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
+            + (f", {world} processes" if world > 1 else "")
+            + f"; memory allocator {describe_allocator()}"
+        )
+
+    def save(self, path: Path, cfg: Config, tok: TokenizerPair, run: dict[str, Any]) -> None:
+        """A checkpoint of the weights and this state, with the run's own (`progress`, ...)."""
+        save_checkpoint(path, cfg, self.model, tok, **self.state(), **run)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint needs of the optimiser, the schedule and the scaler."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "scaler": self.precision.scaler.state_dict(),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Weights, optimiser, schedule and scaler from a checkpoint."""
+        self.model.load_state_dict(model_weights(state))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.precision.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,92 @@
+"""What a run has done so far besides its weights: the counters a resume continues from, the
+clock across sessions, and the loss window between two log lines."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nmt.rundir import CHECKPOINTS
+
+HIGHER_IS_BETTER = {"bleu": True, "ppl": False, "loss": False}
+
+
+@dataclass
+class Progress:
+    """Everything besides weights that a resumed run needs to continue where it stopped."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already consumed
+    elapsed: float = 0.0  # training wall-clock seconds before this session
+    validations: list[tuple[int, float]] = field(default_factory=list)  # (step, metric value)
+    best: float | None = None
+    bad_validations: int = 0  # since the last improvement, for early stopping
+    skipped_steps: int = 0  # AMP overflow steps the scaler skipped
+    valid_seconds: float = 0.0  # wall-clock seconds spent validating, every session included
+    finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Progress:
+        """The progress a checkpoint stored (its validations come back as lists)."""
+        progress = dict(state)
+        progress["validations"] = [tuple(v) for v in progress["validations"]]
+        return cls(**progress)
+
+    def improves(self, value: float, higher_is_better: bool) -> bool:
+        """Whether a validation `value` beats the best so far (the first one always does)."""
+        return self.best is None or (value > self.best if higher_is_better else value < self.best)
+
+    def add_validation(self, value: float, improved: bool) -> None:
+        self.validations.append((self.step, value))
+        self.best = value if improved else self.best
+        self.bad_validations = 0 if improved else self.bad_validations + 1
+
+
+class Clock:
+    """Wall-clock seconds of training so far, across resumed sessions: the seconds the
+    checkpoint had (`progress.elapsed`) plus this session's."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.session_start = progress, time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.progress.elapsed + time.perf_counter() - self.session_start
+
+
+@dataclass
+class LogWindow:
+    """Training NLL and target tokens since the last log line, and when the window started."""
+
+    nll: float = 0.0
+    tokens: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, nll: float, tokens: int) -> None:
+        self.nll, self.tokens = self.nll + nll, self.tokens + tokens
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    best: float | None
+    metric: str
+    stopped: str  # why training ended
+    last_valid: dict
+    rank: int  # 0 for the process that reports under torchrun
+    epochs: float = 0.0  # epochs trained, the current one counted in part
+    seconds: float = 0.0  # wall-clock seconds of the run, validation included
+    valid_seconds: float = 0.0  # of which validating
+
+    def summary(self) -> str:
+        """The one line `nmt train` ends with: the budget spent and what it bought."""
+        best = "none" if self.best is None else f"{self.best:.2f}"
+        share = self.valid_seconds / self.seconds if self.seconds else 0.0
+        return (
+            f"trained {self.steps} steps ({self.stopped}): {self.epochs:.2f} epochs in "
+            f"{self.seconds:.0f} s, {share:.0%} of it validating; best valid {self.metric} {best}; "
+            f"checkpoints in {self.run_dir / CHECKPOINTS}"
+        )

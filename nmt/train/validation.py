@@ -1,0 +1,81 @@
+"""Validation: the loss over every validation pair, and BLEU / chrF of the translations made
+through the same code and settings as `nmt translate` with this checkpoint."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+from nmt.config import Config
+from nmt.data.batching import collate
+from nmt.data.corpus import EncodedCorpus
+from nmt.data.sources import Pairs
+from nmt.data.tokenizer import TokenizerPair
+from nmt.decode.translator import Translation, Translator
+from nmt.evaluate.scoring import EvalOptions, evaluate
+from nmt.train.loss import batch_loss
+from nmt.train.precision import Precision
+
+
+def valid_sample(pairs: Pairs, size: int, seed: int) -> Pairs:
+    """The validation pairs whose translations are scored: all of them, or `size` drawn once
+    with `seed` and kept in their order, so that every validation of a run scores the same ones
+    (a smaller, cheaper BLEU that still ranks checkpoints; the loss always uses every pair)."""
+    if not size or size >= len(pairs):
+        return pairs
+    chosen = sorted(random.Random(seed).sample(range(len(pairs)), size))
+    return [pairs[i] for i in chosen]
+
+
+class Validator:
+    def __init__(
+        self,
+        cfg: Config,
+        tok: TokenizerPair,
+        corpus: EncodedCorpus,
+        pairs: Pairs,
+        device: torch.device,
+        precision: Precision,
+    ):
+        self.cfg, self.tok, self.corpus, self.pairs = cfg, tok, corpus, pairs
+        self.translated = valid_sample(pairs, cfg.train.valid_subset, cfg.train.seed)
+        self.device, self.precision = device, precision
+
+    @torch.no_grad()
+    def scores(
+        self,
+        model: torch.nn.Module,
+        objective: torch.nn.Module,
+        step: int,
+        generator: torch.Generator,
+        attention: bool = False,
+    ) -> tuple[dict[str, float], list[Translation]]:
+        """Validation loss, perplexity and translation scores of `model`'s current weights, and
+        the translations themselves (with their attention if asked, for the trackers)."""
+        model.eval()
+        nll, tokens = self.loss(objective, step, generator)
+        translator = Translator.from_config(model, self.tok, self.cfg, self.device)
+        translations = translator.translate([s for s, _ in self.translated], attention=attention)
+        hyps = [t.text for t in translations]
+        refs = [[t for _, t in self.translated]]
+        report = evaluate({"valid": hyps}, refs, EvalOptions(bootstrap=0)).systems[0]
+        return {
+            "valid_loss": nll / tokens,
+            "valid_ppl": math.exp(min(nll / tokens, 50)),
+            "valid_bleu": report.scores["BLEU"],
+            "valid_chrf": report.scores["chrF"],
+            "valid_exact_match": report.exact_match,
+        }, translations
+
+    def loss(self, objective: torch.nn.Module, step: int, generator: torch.Generator) -> tuple[float, int]:
+        """Summed NLL and target tokens over every validation pair, in batches of decoding's size."""
+        nll, tokens = 0.0, 0
+        size, corpus = self.cfg.decode.batch_size, self.corpus
+        for start in range(0, len(corpus), size):
+            batch = collate(corpus, range(start, min(start + size, len(corpus)))).to(self.device)
+            with self.precision.autocast():
+                sums = batch_loss(objective, batch, step, generator)
+            nll, tokens = nll + sums.nll, tokens + sums.tokens
+        return nll, tokens

@@ -1,0 +1,30 @@
+"""The counters a resume continues from: validations, the best value, patience, the clock."""
+
+import time
+
+from nmt.train.progress import Clock, Progress
+
+
+def test_validations_track_the_best_and_the_misses_in_either_direction():
+    p = Progress(step=10)
+    assert p.improves(20.0, higher_is_better=True)  # the first always improves
+    p.add_validation(20.0, True)
+    p.step = 20
+    assert not p.improves(19.0, higher_is_better=True)
+    p.add_validation(19.0, False)
+    assert (p.best, p.bad_validations, p.validations) == (20.0, 1, [(10, 20.0), (20, 19.0)])
+    assert p.improves(19.0, higher_is_better=False)  # perplexity: lower is better
+    p.add_validation(21.0, True)
+    assert (p.best, p.bad_validations) == (21.0, 0)
+
+
+def test_a_checkpoints_progress_comes_back_equal():
+    p = Progress(step=7, epoch=1, batch_in_epoch=3, validations=[(5, 1.5)], best=1.5, finished="")
+    stored = {**vars(p), "validations": [list(v) for v in p.validations]}  # as torch.load returns it
+    assert Progress.from_state(stored) == p
+
+
+def test_the_clock_adds_this_sessions_seconds_to_the_checkpoints():
+    clock = Clock(Progress(elapsed=100.0))
+    time.sleep(0.01)
+    assert 100.01 <= clock.elapsed() < 101.0
