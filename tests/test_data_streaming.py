@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from nmt.cli import app
 from nmt.config import load_config
+from nmt.data import cache as cache_module
 from nmt.data import prepare as prepare_module
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.prepare import prepare
@@ -98,21 +99,20 @@ def test_a_build_that_fails_half_way_leaves_nothing_a_later_run_would_take_for_w
     corpus, tmp_path, monkeypatch
 ):
     cfg = load_config("toy-luong.yaml", [a for a in config_args(corpus, tmp_path / "cache") if "=" in a])
-    encode_chunk = prepare_module.encode_training_chunk
-    chunks_done = []
+    encode_chunks = prepare_module.encode_chunks
 
     def disk_full_at_the_fourth_chunk(*args):
-        if len(chunks_done) == 3:
-            raise OSError(28, "No space left on device")
-        chunks_done.append(1)
-        return encode_chunk(*args)
+        for done, chunk in enumerate(encode_chunks(*args)):
+            if done == 3:
+                raise OSError(28, "No space left on device")
+            yield chunk
 
-    monkeypatch.setattr(prepare_module, "encode_training_chunk", disk_full_at_the_fourth_chunk)
+    monkeypatch.setattr(prepare_module, "encode_chunks", disk_full_at_the_fourth_chunk)
     with pytest.raises(OSError):
         prepare(cfg)
     assert not list((tmp_path / "cache").iterdir())  # the partial folder went with the error
 
-    monkeypatch.setattr(prepare_module, "encode_training_chunk", encode_chunk)
+    monkeypatch.setattr(prepare_module, "encode_chunks", encode_chunks)
     data = prepare(cfg)
     assert not data.from_cache and len(data.train) == PAIRS
 
@@ -144,5 +144,5 @@ def test_a_partial_folder_of_a_running_process_is_left_alone(corpus, tmp_path):
     key = prepare(cfg).cache_dir.name
     busy = tmp_path / "cache" / f"{key}-other.partial-{os.getpid()}-abcdef"
     busy.mkdir()
-    prepare_module._remove_abandoned(tmp_path / "cache" / f"{key}-other")
+    cache_module._remove_abandoned(tmp_path / "cache" / f"{key}-other")
     assert busy.is_dir()

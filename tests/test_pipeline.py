@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 from nmt.cli import app
 from nmt.config import DataConfig, load_config
 from nmt.data.batching import collate, length_grouped_batches, padding_efficiency
-from nmt.data.cleaning import clean_pairs, length_filter, normalize
+from nmt.data.cleaning import clean_pairs, normalize
 from nmt.data.corpus import EncodedCorpus
+from nmt.data.encoding import length_filter
 from nmt.data.prepare import prepare
 from nmt.data.sources import download, load_split
 from nmt.errors import NMTError

@@ -1,14 +1,21 @@
-"""Text clean-up before tokenisation, and the training-pair filters, each drop counted."""
+"""Stage 2 of preparation: text clean-up before tokenisation, each drop counted.
+
+Every input is normalised (Unicode form, whitespace); a training pair with an empty side is
+dropped. With `data.join: K` the cleaned pairs of a chunk also yield their runs of 2 .. K
+consecutive pairs joined into one (`nmt.data.joining`), so that a model of single sentences
+learns to translate several.
+"""
 
 from __future__ import annotations
 
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
-
-import numpy as np
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from nmt.config import DataConfig
+from nmt.data.joining import joined_pairs
+from nmt.data.sources import Chunk
 
 
 def normalize(text: str, form: str) -> str:
@@ -30,17 +37,30 @@ def clean_pairs(pairs: Iterable[tuple[str, str]], cfg: DataConfig) -> tuple[list
     return kept, dropped
 
 
-def length_filter(src_lens, tgt_lens, cfg: DataConfig) -> tuple[np.ndarray, Counter]:
-    """Indices of the pairs to keep by subword length; the rest are counted by reason."""
-    s, t = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
-    too_long = (s > cfg.max_len) | (t > cfg.max_len)
-    lopsided = ~too_long & (np.maximum(s, t) > cfg.max_ratio * np.maximum(1, np.minimum(s, t)))
-    dropped = Counter()
-    if too_long.any():
-        dropped[f"longer than {cfg.max_len} subwords"] = int(too_long.sum())
-    if lopsided.any():
-        dropped[f"length ratio above {cfg.max_ratio:g}"] = int(lopsided.sum())
-    return np.flatnonzero(~(too_long | lopsided)), dropped
+def clean_held_out(pairs: Iterable[tuple[str, str]], form: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """A validation or test split, normalised and never filtered: (source, reference) pairs
+    with the reference as written, to score against, and the normalised targets, to encode."""
+    pairs = list(pairs)
+    return [(normalize(s, form), t) for s, t in pairs], [normalize(t, form) for _, t in pairs]
+
+
+@dataclass
+class Cleaned:
+    """A chunk's training pairs after cleaning (and joining), and the pairs dropped, by reason."""
+
+    sources: list[str]
+    targets: list[str]
+    dropped: Counter
+    read: int  # pairs of the split read for it (before cleaning and joining)
+
+
+def clean_chunks(chunks: Iterable[Chunk], cfg: DataConfig) -> Iterator[Cleaned]:
+    """Each chunk's pairs as training sees them: cleaned, and with their joined runs
+    (`data.join`; runs stay inside the chunk)."""
+    for chunk in chunks:
+        cleaned, dropped = clean_pairs(zip(chunk.sources, chunk.targets, strict=True), cfg)
+        pairs = cleaned + joined_pairs(cleaned, cfg.join)
+        yield Cleaned([s for s, _ in pairs], [t for _, t in pairs], dropped, len(chunk))
 
 
 def describe_dropped(dropped: Counter) -> str:

@@ -1,4 +1,5 @@
-"""Read parallel text for one split: plain text files, or anything `datasets.load_dataset` reads.
+"""Stage 1 of preparation: parallel text for one split, from plain text files or anything
+`datasets.load_dataset` reads.
 
 Both paths return the same thing, a list of (source, target) string pairs, so nothing downstream
 knows where the data came from.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from nmt.config import DataConfig
 from nmt.errors import NMTError
@@ -55,6 +58,14 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.sources)
+
+
+def pick(chunks: Iterable[Chunk], lines: np.ndarray) -> Iterator[Chunk]:
+    """Of each chunk, only the pairs at `lines` (sorted 0-based line numbers of the split)."""
+    for chunk in chunks:
+        lo, hi = np.searchsorted(lines, [chunk.first - 1, chunk.first - 1 + len(chunk)])
+        rows = lines[lo:hi] - (chunk.first - 1)
+        yield Chunk(chunk.first, [chunk.sources[i] for i in rows], [chunk.targets[i] for i in rows])
 
 
 @dataclass

@@ -1,0 +1,78 @@
+"""Stage 4 of preparation: cleaned text -> subword ids, and the training pairs kept by length.
+
+A chunk of cleaned pairs is encoded with both tokenizers into compact arrays; training pairs
+with more than `data.max_len` subwords on a side, or sides whose lengths differ by more than
+`data.max_ratio`, are dropped and counted. Subword regularisation segments the same cleaned
+text afresh, seeded, each epoch (Kudo 2018).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from nmt.config import DataConfig
+from nmt.data.cleaning import Cleaned
+from nmt.data.corpus import EncodedCorpus, Side
+from nmt.data.tokenizer import Tokenizer, TokenizerPair
+
+
+@dataclass
+class Encoded:
+    """A chunk's training pairs as ids, and its pairs dropped so far (cleaning's too), by reason."""
+
+    corpus: EncodedCorpus
+    dropped: Counter
+    read: int  # pairs of the split read for it
+
+
+def encode(sources: list[str], targets: list[str], tok: TokenizerPair) -> EncodedCorpus:
+    """Already normalised text -> compact arrays."""
+    return EncodedCorpus.from_lists(tok.src.encode_batch(sources), tok.tgt.encode_batch(targets))
+
+
+def length_filter(src_lens, tgt_lens, cfg: DataConfig) -> tuple[np.ndarray, Counter]:
+    """Indices of the pairs to keep by subword length; the rest are counted by reason."""
+    s, t = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
+    too_long = (s > cfg.max_len) | (t > cfg.max_len)
+    lopsided = ~too_long & (np.maximum(s, t) > cfg.max_ratio * np.maximum(1, np.minimum(s, t)))
+    dropped = Counter()
+    if too_long.any():
+        dropped[f"longer than {cfg.max_len} subwords"] = int(too_long.sum())
+    if lopsided.any():
+        dropped[f"length ratio above {cfg.max_ratio:g}"] = int(lopsided.sum())
+    return np.flatnonzero(~(too_long | lopsided)), dropped
+
+
+def kept_by_length(corpus: EncodedCorpus, cfg: DataConfig) -> tuple[EncodedCorpus, Counter]:
+    keep, too_long = length_filter(corpus.src.lengths, corpus.tgt.lengths, cfg)
+    return (corpus.select(keep) if len(keep) < len(corpus) else corpus), too_long
+
+
+def encode_chunks(chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig) -> Iterator[Encoded]:
+    """Each cleaned chunk encoded and filtered by length."""
+    for chunk in chunks:
+        corpus, too_long = kept_by_length(encode(chunk.sources, chunk.targets, tok), cfg)
+        yield Encoded(corpus, chunk.dropped + too_long, chunk.read)
+
+
+def sample_chunks(
+    chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig, alpha: float
+) -> EncodedCorpus:
+    """Subword regularisation: the cleaned training text segmented afresh (sampled with
+    `alpha`, seeded by the caller), filtered by length as usual, held as compact arrays."""
+    parts = []
+    for chunk in chunks:
+        sampled = EncodedCorpus(
+            Side.from_lists(_sample(tok.src, chunk.sources, alpha)),
+            Side.from_lists(_sample(tok.tgt, chunk.targets, alpha)),
+        )
+        parts.append(kept_by_length(sampled, cfg)[0])
+    return EncodedCorpus(*(Side.concatenate([getattr(p, side) for p in parts]) for side in ("src", "tgt")))
+
+
+def _sample(tok: Tokenizer, texts: list[str], alpha: float) -> list[list[int]]:
+    return tok.sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
