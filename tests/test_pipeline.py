@@ -37,6 +37,35 @@ def test_length_filter_counts_each_reason():
     assert dropped == {"longer than 10 subwords": 1, "length ratio above 2": 1}
 
 
+def test_each_stage_takes_the_previous_stages_output(toy_dir, tmp_path):
+    """source -> clean (+ joined runs) -> encode (+ length filter), chunk by chunk, with every
+    drop counted where it happens and the pairs read carried along."""
+    import numpy as np
+
+    from nmt.data.cleaning import clean_chunks
+    from nmt.data.encoding import encode_chunks
+    from nmt.data.sources import Chunk, pick
+
+    raw = [Chunk(1, ["a b", "  ", "c"], ["x", "y", "z z"]), Chunk(4, ["d"], ["w"])]
+    cfg = DataConfig(src_lang="de", tgt_lang="en", join=2, max_len=3)
+    cleaned = list(clean_chunks(raw, cfg))
+    assert [(c.sources, c.targets, c.read) for c in cleaned] == [
+        (["a b", "c", "a b c"], ["x", "z z", "x z z"], 3),  # the run of 2 stays inside its chunk
+        (["d"], ["w"], 1),
+    ]
+    assert cleaned[0].dropped == {"empty side": 1}
+    tok = prepare(
+        load_config("toy-luong.yaml", [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}"]), ()
+    ).tokenizers
+    encoded = list(encode_chunks(cleaned, tok, cfg))
+    assert [e.read for e in encoded] == [3, 1]
+    for chunk, enc in zip(cleaned, encoded, strict=True):
+        assert len(enc.corpus) + sum(enc.dropped.values()) - sum(chunk.dropped.values()) == len(chunk.sources)
+        assert max(enc.corpus.src.lengths.max(initial=0), enc.corpus.tgt.lengths.max(initial=0)) <= 3
+    picked = list(pick(raw, np.array([0, 2, 3])))  # 0-based lines 0 and 2 of the first chunk, 3 of the second
+    assert [(c.sources, c.targets) for c in picked] == [(["a b", "c"], ["x", "z z"]), (["d"], ["w"])]
+
+
 def test_corpus_round_trip_and_collate(tmp_path):
     corpus = EncodedCorpus.from_lists([[5, 6, 7], [8]], [[9], [10, 11]])
     corpus.save(tmp_path / "c.npz")
