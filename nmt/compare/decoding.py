@@ -69,10 +69,7 @@ def decode_run(
         raise NMTError(f"{checkpoint}: no such checkpoint{need}")
     stem = f"{settings.checkpoint}.beam{settings.beam or 'cfg'}"
     facts_path = cache / f"{stem}.json"
-    facts = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else {}
-    identity = checkpoint_identity(checkpoint)
-    if facts.get("checkpoint") != identity:
-        facts = {"checkpoint": identity, "sets": {}}
+    facts = cached_facts(facts_path, checkpoint)
     done = facts["sets"]
     paths = {s.name: cache / f"{s.name}.{stem}.txt.gz" for s in sets}
     todo = [s for s in sets if done.get(s.name, {}).get("digest") != s.digest or not paths[s.name].is_file()]
@@ -82,30 +79,10 @@ def decode_run(
         wanted = {"line": line, "source": sets[0].sources[line - 1], "reference": sets[0].refs[line - 1]}
     heatmap_stale = wanted is not None and {k: facts.get("heatmap", {}).get(k) for k in wanted} != wanted
     if todo or heatmap_stale:
-        import torch
-
-        from nmt.decode.translator import load_translator
-
-        overrides = {"max_len": UNCAPPED} | ({"beam": settings.beam} if settings.beam else {})
-        translator = load_translator([checkpoint], overrides, settings.device)
-        translator.src_limit = UNCAPPED
-        facts |= {
-            "parameters": translator.info.parameters,
-            "beam": translator.cfg.beam,
-            "threads": torch.get_num_threads(),
-            "device": str(translator.device),
-        }
+        translator, about = load_uncapped(checkpoint, settings)
+        facts |= about
         for s in todo:
-            start = time.perf_counter()
-            hyps = [t.text for t in translator.translate(s.sources, attention=False)]
-            seconds = time.perf_counter() - start
-            text = "".join(h + "\n" for h in hyps).encode("utf-8")
-            atomic_write(paths[s.name], lambda f, text=text: f.write(gzip.compress(text, mtime=0)))
-            done[s.name] = {
-                "digest": s.digest,
-                "seconds": round(seconds, 2),
-                "sentences_per_s": round(len(hyps) / seconds, 1),
-            }
+            done[s.name] = translate_set(translator, s, paths[s.name])
             atomic_write_text(facts_path, json.dumps(facts) + "\n")  # each set kept as it is done
         if heatmap_stale:
             facts["heatmap"] = wanted | forced_view(translator, wanted["source"], wanted["reference"])
@@ -113,6 +90,47 @@ def decode_run(
     if wanted is None:
         facts.pop("heatmap", None)  # an earlier --heatmap's view is not this call's
     return {s.name: read_hyps(paths[s.name]) for s in sets}, facts
+
+
+def cached_facts(path: Path, checkpoint: Path) -> dict:
+    """The facts cached at `path` when they are this checkpoint's; otherwise a fresh start."""
+    facts = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    identity = checkpoint_identity(checkpoint)
+    if facts.get("checkpoint") != identity:
+        facts = {"checkpoint": identity, "sets": {}}
+    return facts
+
+
+def load_uncapped(checkpoint: Path, settings: DecodeSettings) -> tuple[Translator, dict]:
+    """The checkpoint's translator with no length cap of its own (see the module's docstring),
+    and its facts: parameters, beam, threads and device."""
+    import torch
+
+    from nmt.decode.translator import load_translator
+
+    overrides = {"max_len": UNCAPPED} | ({"beam": settings.beam} if settings.beam else {})
+    translator = load_translator([checkpoint], overrides, settings.device)
+    translator.src_limit = UNCAPPED
+    return translator, {
+        "parameters": translator.info.parameters,
+        "beam": translator.cfg.beam,
+        "threads": torch.get_num_threads(),
+        "device": str(translator.device),
+    }
+
+
+def translate_set(translator: Translator, s: EvalSet, path: Path) -> dict:
+    """The set translated into `path` (gzipped text); its digest and decoding speed."""
+    start = time.perf_counter()
+    hyps = [t.text for t in translator.translate(s.sources, attention=False)]
+    seconds = time.perf_counter() - start
+    text = "".join(h + "\n" for h in hyps).encode("utf-8")
+    atomic_write(path, lambda f: f.write(gzip.compress(text, mtime=0)))
+    return {
+        "digest": s.digest,
+        "seconds": round(seconds, 2),
+        "sentences_per_s": round(len(hyps) / seconds, 1),
+    }
 
 
 def read_hyps(path: Path) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
-def parse_vary(items: list[str]) -> list[Variant]:
+def parse_vary(items: Sequence[str]) -> list[Variant]:
     """`--vary key=a,b --vary other=x,y` -> the product of the lists, one variant per combination,
     named by the last part of each key (`type=dot, input_feeding=false`)."""
     axes = []
@@ -124,9 +125,9 @@ def parse_system(item: str) -> Variant:
 
 def plan(
     config: str,
-    sets: list[str],
-    systems: list[str],
-    vary: list[str],
+    sets: Sequence[str],
+    systems: Sequence[str],
+    vary: Sequence[str],
     seeds: str,
     budget: str | None,
     runs_dir: Path,
@@ -159,3 +160,13 @@ def plan(
         except NMTError as e:
             raise NMTError(f"variant {run.variant.name!r}: {e}") from None
     return result
+
+
+def check_baseline(plan: Plan, baseline: str | None) -> str:
+    """The variant the others are tested against: `baseline`, one of the plan's, or the first."""
+    names = [v.name for v in plan.variants]
+    if baseline is not None and baseline not in names:
+        raise NMTError(
+            f"--baseline {baseline!r}: not a variant; the variants are {', '.join(map(repr, names))}"
+        )
+    return baseline or names[0]

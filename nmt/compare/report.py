@@ -96,6 +96,25 @@ def _cell(c: dict) -> str:
 
 
 def markdown(results: dict, command: str) -> str:
+    """report.md: the variants, the tests against the baseline, every test set, BLEU by length,
+    the forced attention and every run."""
+    lines = [
+        *_variants(results, command),
+        *_against_baseline(results),
+        *_every_set(results),
+        *_by_length(results),
+        "",
+        "![BLEU by source length](lengths.png)",
+        "",
+        "![validation BLEU against training time](curves.png)",
+        *_attention(results),
+        *_runs(results),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _variants(results: dict, command: str) -> list[str]:
+    """The title, the command, and one row per variant: size, scores, training and decoding."""
     seeds = ", ".join(map(str, results["seeds"]))
     lines = [
         "# Comparison",
@@ -121,8 +140,13 @@ def markdown(results: dict, command: str) -> str:
             f"{v['steps']:,} | {_minutes(v['train_seconds'])} | {speed} | {memory} | "
             f"{v['decode_sentences_per_s']:.0f} |"
         )
+    return lines
+
+
+def _against_baseline(results: dict) -> list[str]:
+    """Each variant against the baseline: the two tests and their verdict."""
     boot = results["bootstrap"]
-    lines += [
+    lines = [
         "",
         f"## Against {results['baseline']}",
         "",
@@ -140,48 +164,58 @@ def markdown(results: dict, command: str) -> str:
         lines.append(
             f"| {c['variant']} | {c['bleu_difference']:+.2f} | {apart} | {p_values} | {c['verdict']} |"
         )
+    return lines
+
+
+def _every_set(results: dict) -> list[str]:
+    """With sets beyond the split: where each comes from, and every variant's BLEU and length
+    ratio on each."""
     sets = results["sets"]
-    if len(sets) > 1:
-        lines += [
-            "",
-            "## Every test set",
-            "",
-            "BLEU, mean ± sd over seeds (min-max).",
-            "",
-            *(
-                f"- **{s['name']}**: {s['origin']}; {s['sentences']:,} lines, "
-                f"{s['source_words']:.1f} source words on average."
-                for s in sets
-            ),
-            "",
-            "| variant | " + " | ".join(s["name"] for s in sets) + " |",
-            "|---|" + "---:|" * len(sets),
-        ]
-        for v in results["variants"]:
-            lines.append(
-                f"| {v['name']} | " + " | ".join(_spread(v["scores"][s["name"]]["BLEU"]) for s in sets) + " |"
-            )
-        lines += [
-            "",
-            "Length ratio: output tokens / reference tokens, as BLEU counts them (below 1, the "
-            "translations are short and BLEU's brevity penalty applies), mean ± sd over seeds.",
-            "",
-            "| variant | " + " | ".join(s["name"] for s in sets) + " |",
-            "|---|" + "---:|" * len(sets),
-        ]
-        for v in results["variants"]:
-            lines.append(
-                f"| {v['name']} | "
-                + " | ".join(_spread(v["scores"][s["name"]]["length_ratio"]) for s in sets)
-                + " |"
-            )
-    lines += [
+    if len(sets) < 2:
+        return []
+    return [
+        "",
+        "## Every test set",
+        "",
+        "BLEU, mean ± sd over seeds (min-max).",
+        "",
+        *(
+            f"- **{s['name']}**: {s['origin']}; {s['sentences']:,} lines, "
+            f"{s['source_words']:.1f} source words on average."
+            for s in sets
+        ),
+        "",
+        *_set_table(results, "BLEU"),
+        "",
+        "Length ratio: output tokens / reference tokens, as BLEU counts them (below 1, the "
+        "translations are short and BLEU's brevity penalty applies), mean ± sd over seeds.",
+        "",
+        *_set_table(results, "length_ratio"),
+    ]
+
+
+def _set_table(results: dict, metric: str) -> list[str]:
+    """One row per variant, one column per set: the metric's spread over seeds."""
+    names = [s["name"] for s in results["sets"]]
+    return [
+        "| variant | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+        *(
+            f"| {v['name']} | " + " | ".join(_spread(v["scores"][name][metric]) for name in names) + " |"
+            for v in results["variants"]
+        ),
+    ]
+
+
+def _by_length(results: dict) -> list[str]:
+    """One table per length group: each variant's BLEU per source-length bucket."""
+    lines = [
         "",
         "## BLEU by source length",
         "",
         "Each cell is the corpus BLEU of the bucket's lines, mean over seeds, ± the half-width of its "
-        f"95% bootstrap interval over lines ({boot['resamples']} resamples, mean over seeds); "
-        "an empty bucket shows -.",
+        f"95% bootstrap interval over lines ({results['bootstrap']['resamples']} resamples, mean over "
+        "seeds); an empty bucket shows -.",
     ]
     for group, info in results["lengths"].items():
         header = " | ".join(f"{b} (n={n})" for b, n in zip(info["labels"], info["sentences"], strict=True))
@@ -194,31 +228,32 @@ def markdown(results: dict, command: str) -> str:
         ]
         for v in results["variants"]:
             lines.append(f"| {v['name']} | " + " | ".join(_cell(c) for c in v["lengths"][group]) + " |")
-    lines += [
+    return lines
+
+
+def _attention(results: dict) -> list[str]:
+    """With --heatmap: the reference every variant was forced onto, and the figure."""
+    if not results["heatmaps"]:
+        return []
+    first = results["heatmaps"][0]
+    drawn = {p["variant"] for p in results["heatmaps"]}
+    missing = [v["name"] for v in results["variants"] if v["name"] not in drawn]
+    return [
         "",
-        "![BLEU by source length](lengths.png)",
+        "## Attention on one reference",
         "",
-        "![validation BLEU against training time](curves.png)",
+        f"Each variant (seed {results['seeds'][0]}) forced to produce the reference of "
+        f"{results['split']} line {first['line']}, pieces merged into words: "
+        f"*{first['source']}* → *{first['reference']}*."
+        + (f" Without attention weights: {', '.join(missing)}." if missing else ""),
+        "",
+        "![forced attention of every variant](heatmaps.png)",
     ]
-    if results["heatmaps"]:
-        first = results["heatmaps"][0]
-        missing = [
-            v["name"]
-            for v in results["variants"]
-            if v["name"] not in {p["variant"] for p in results["heatmaps"]}
-        ]
-        lines += [
-            "",
-            "## Attention on one reference",
-            "",
-            f"Each variant (seed {results['seeds'][0]}) forced to produce the reference of "
-            f"{results['split']} line {first['line']}, pieces merged into words: "
-            f"*{first['source']}* → *{first['reference']}*."
-            + (f" Without attention weights: {', '.join(missing)}." if missing else ""),
-            "",
-            "![forced attention of every variant](heatmaps.png)",
-        ]
-    lines += [
+
+
+def _runs(results: dict) -> list[str]:
+    """One row per run (variant and seed)."""
+    lines = [
         "",
         "## Runs",
         "",
@@ -234,7 +269,7 @@ def markdown(results: dict, command: str) -> str:
             f"| {r['variant']} | {r['seed']} | {r['BLEU']:.2f} | {r['chrF']:.2f} | {r['steps']:,} | "
             f"{_minutes(r['train_seconds'])} | {speed} | {memory} | {best} | {r['threads']} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_report(results: dict, out: Path, command: str) -> Path:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nmt.compare.decoding import DecodeSettings, decode_run
-from nmt.compare.plan import Plan, Run
+from nmt.compare.plan import Plan, Run, Variant
 from nmt.compare.runner import read_peak
 from nmt.compare.sets import EvalSet, length_groups
+from nmt.errors import NMTError
 from nmt.evaluate.scoring import (
     DEFAULT_BUCKETS,
     EvalOptions,
@@ -192,55 +193,16 @@ def collect(
     runs: dict[tuple[str, int], dict] = {}
     for run in plan.runs:
         decode = settings.decode if run.seed == plan.seeds[0] else replace(settings.decode, heatmap=None)
-        hyps, facts = decode_run(run, sets, decode, hyps_dir / run.variant.slug / f"seed{run.seed}")
-        scored = score_run(hyps, sets, opts)
-        runs[run.variant.name, run.seed] = entry = {
-            "variant": run.variant.name,
-            "seed": run.seed,
-            "dir": str(run.dir),
-            **scored["scores"][main.name],
-            **scored,
-            "parameters": facts["parameters"],
-            "beam": facts["beam"],
-            "threads": facts["threads"],
-            "device": facts["device"],
-            "decode_sentences_per_s": facts["sets"][main.name]["sentences_per_s"],
-            "heatmap": facts.get("heatmap"),
-            "train_peak_mib": read_peak(run),
-            **training_facts(run),
-            "hyps": hyps[main.name],
-        }
+        cache = hyps_dir / run.variant.slug / f"seed{run.seed}"
+        runs[run.variant.name, run.seed] = entry = run_entry(run, sets, decode, cache, opts)
         say(
             f"{run.variant.name}, seed {run.seed}: "
             + ", ".join(f"{k} {v['BLEU']:.2f}" for k, v in entry["scores"].items())
         )
-    variants = []
-    for variant in plan.variants:
-        mine = [runs[variant.name, seed] for seed in plan.seeds]
-        speeds = [r["train_tokens_per_s"] for r in mine if r["train_tokens_per_s"]]
-        peaks = [r["train_peak_mib"] for r in mine if r["train_peak_mib"]]
-        variants.append(
-            {
-                "name": variant.name,
-                "overrides": list(variant.overrides),
-                "seeds": list(plan.seeds),
-                "parameters": mine[0]["parameters"],
-                "BLEU": spread([r["BLEU"] for r in mine]),
-                "chrF": spread([r["chrF"] for r in mine]),
-                "scores": {
-                    s.name: {m: spread([r["scores"][s.name][m] for r in mine]) for m in SET_METRICS}
-                    for s in sets
-                },
-                "lengths": {group: mean_lengths(mine, group) for group in mine[0]["lengths"]},
-                "steps": round(statistics.mean(r["steps"] for r in mine)),
-                "train_seconds": round(statistics.mean(r["train_seconds"] for r in mine), 1),
-                "train_tokens_per_s": round(statistics.mean(speeds)) if speeds else None,
-                "train_peak_mib": round(max(peaks)) if peaks else None,
-                "decode_sentences_per_s": round(
-                    statistics.mean(r["decode_sentences_per_s"] for r in mine), 1
-                ),
-            }
-        )
+    variants = [
+        variant_entry(variant, [runs[variant.name, seed] for seed in plan.seeds], plan.seeds, sets)
+        for variant in plan.variants
+    ]
     base = next((v for v in variants if v["name"] == baseline), variants[0])
     return {
         "format": FORMAT,
@@ -250,15 +212,7 @@ def collect(
         "split": main.name,
         "sentences": len(main.refs),
         "checkpoint": settings.decode.checkpoint,
-        "sets": [
-            {
-                "name": s.name,
-                "origin": s.origin,
-                "sentences": len(s.sources),
-                "source_words": round(statistics.mean(len(x.split()) for x in s.sources), 1),
-            }
-            for s in sets
-        ],
+        "sets": [set_entry(s) for s in sets],
         "lengths": length_summary(sets, settings.buckets),
         "variants": variants,
         "comparisons": [compare_to(base, v, runs, main.refs, opts) for v in variants if v is not base],
@@ -267,6 +221,75 @@ def collect(
         "runs": [{k: v for k, v in r.items() if k not in ("hyps", "heatmap")} for r in runs.values()],
         "baseline": base["name"],
     }
+
+
+def run_entry(run: Run, sets: list[EvalSet], decode: DecodeSettings, cache: Path, opts: EvalOptions) -> dict:
+    """One run decoded (translations cached in `cache`) and scored: its scores on every set, its
+    decoding and training facts, its forced attention, and its translations of the split."""
+    main = sets[0]
+    hyps, facts = decode_run(run, sets, decode, cache)
+    scored = score_run(hyps, sets, opts)
+    return {
+        "variant": run.variant.name,
+        "seed": run.seed,
+        "dir": str(run.dir),
+        **scored["scores"][main.name],
+        **scored,
+        "parameters": facts["parameters"],
+        "beam": facts["beam"],
+        "threads": facts["threads"],
+        "device": facts["device"],
+        "decode_sentences_per_s": facts["sets"][main.name]["sentences_per_s"],
+        "heatmap": facts.get("heatmap"),
+        "train_peak_mib": read_peak(run),
+        **training_facts(run),
+        "hyps": hyps[main.name],
+    }
+
+
+def variant_entry(variant: Variant, mine: list[dict], seeds: tuple[int, ...], sets: list[EvalSet]) -> dict:
+    """A variant over its runs (`mine`, one per seed): scores spread over seeds, the mean BLEU by
+    length, training and decoding facts."""
+    speeds = [r["train_tokens_per_s"] for r in mine if r["train_tokens_per_s"]]
+    peaks = [r["train_peak_mib"] for r in mine if r["train_peak_mib"]]
+    return {
+        "name": variant.name,
+        "overrides": list(variant.overrides),
+        "seeds": list(seeds),
+        "parameters": mine[0]["parameters"],
+        "BLEU": spread([r["BLEU"] for r in mine]),
+        "chrF": spread([r["chrF"] for r in mine]),
+        "scores": {
+            s.name: {m: spread([r["scores"][s.name][m] for r in mine]) for m in SET_METRICS} for s in sets
+        },
+        "lengths": {group: mean_lengths(mine, group) for group in mine[0]["lengths"]},
+        "steps": round(statistics.mean(r["steps"] for r in mine)),
+        "train_seconds": round(statistics.mean(r["train_seconds"] for r in mine), 1),
+        "train_tokens_per_s": round(statistics.mean(speeds)) if speeds else None,
+        "train_peak_mib": round(max(peaks)) if peaks else None,
+        "decode_sentences_per_s": round(statistics.mean(r["decode_sentences_per_s"] for r in mine), 1),
+    }
+
+
+def set_entry(s: EvalSet) -> dict:
+    """An evaluation set as the report describes it."""
+    return {
+        "name": s.name,
+        "origin": s.origin,
+        "sentences": len(s.sources),
+        "source_words": round(statistics.mean(len(x.split()) for x in s.sources), 1),
+    }
+
+
+def read_results(out: Path) -> dict:
+    """results.json of the comparison in `out`, as this version of nmt compare writes it."""
+    path = out / "results.json"
+    if not path.is_file():
+        raise NMTError(f"{path}: no results to report; run nmt compare without --report-only first")
+    results = json.loads(path.read_text(encoding="utf-8"))
+    if results.get("format") != FORMAT:
+        raise NMTError(f"{path}: written by an older nmt compare; run nmt compare again to rebuild it")
+    return results
 
 
 def write_results(results: dict, out: Path) -> Path:

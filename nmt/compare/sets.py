@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,7 +49,7 @@ def parse_join(text: str | None) -> tuple[int, ...]:
     return ks
 
 
-def parse_extra(items: list[str]) -> tuple[tuple[str, str], ...]:
+def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """`NAME=PREFIX` -> (NAME, PREFIX): the files PREFIX.<src_lang> and PREFIX.<tgt_lang>."""
     extra = []
     for item in items:
