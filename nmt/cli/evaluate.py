@@ -15,56 +15,68 @@ Tokenizer = Literal[
 ]
 
 
+RefOption = Annotated[
+    list[Path],
+    typer.Option("--ref", "-r", metavar="PATH", help="Reference file; repeat for several references."),
+]
+HypOption = Annotated[
+    list[Path] | None,
+    typer.Option("--hyp", metavar="PATH", help="System output; repeat to compare systems."),
+]
+ModelsOption = Annotated[list[Path] | None, model_option("Translate --src with this model (repeatable).")]
+SrcOption = Annotated[
+    Path | None,
+    typer.Option("--src", metavar="PATH", help="Source sentences (for --model, --by src, details)."),
+]
+BeamOption = Annotated[int | None, typer.Option(min=1, metavar="INT", help="Beam size with --model.")]
+TokenizeOption = Annotated[
+    Tokenizer,
+    typer.Option(
+        metavar="NAME",
+        help="sacreBLEU's tokenizer for BLEU: 13a, intl, zh, char, none, ja-mecab, ko-mecab, spm, "
+        "flores101, flores200 or spBLEU-1K.",
+    ),
+]
+LowercaseOption = Annotated[bool, typer.Option("--lowercase", help="Case-insensitive scores.")]
+ChrfPlusOption = Annotated[bool, typer.Option("--chrf++", help="chrF++ (word bigrams) instead of chrF.")]
+BucketsOption = Annotated[
+    str, typer.Option(metavar="INT,INT,...", help="Upper bounds of the length buckets, in words.")
+]
+ByOption = Annotated[
+    Literal["ref", "src"], typer.Option(help="Which side's length puts a sentence in a bucket.")
+]
+BootstrapOption = Annotated[
+    int, typer.Option(min=0, metavar="INT", help="Paired bootstrap resamples (0: no significance test).")
+]
+SeedOption = Annotated[int, typer.Option(metavar="INT", help="Seed of the bootstrap.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+PlotOption = Annotated[
+    Path | None, typer.Option(metavar="PATH", help="Write a BLEU-by-length bar chart PNG here.")
+]
+DetailsOption = Annotated[
+    Path | None, typer.Option(metavar="PATH", help="Write per-sentence scores here (TSV).")
+]
+
+
 @app.command("eval")
 @user_errors
 def eval_cmd(
-    ref: Annotated[
-        list[Path],
-        typer.Option("--ref", "-r", metavar="PATH", help="Reference file; repeat for several references."),
-    ],
-    hyp: Annotated[
-        list[Path] | None,
-        typer.Option("--hyp", metavar="PATH", help="System output; repeat to compare systems."),
-    ] = None,
-    model: Annotated[
-        list[Path] | None,
-        model_option("Translate --src with this model (repeatable)."),
-    ] = None,
-    src: Annotated[
-        Path | None,
-        typer.Option("--src", metavar="PATH", help="Source sentences (for --model, --by src, details)."),
-    ] = None,
-    beam: Annotated[int | None, typer.Option(min=1, metavar="INT", help="Beam size with --model.")] = None,
+    ref: RefOption,
+    hyp: HypOption = None,
+    model: ModelsOption = None,
+    src: SrcOption = None,
+    beam: BeamOption = None,
     device: DeviceOption = "auto",
-    tokenize: Annotated[
-        Tokenizer,
-        typer.Option(
-            metavar="NAME",
-            help="sacreBLEU's tokenizer for BLEU: 13a, intl, zh, char, none, ja-mecab, ko-mecab, spm, "
-            "flores101, flores200 or spBLEU-1K.",
-        ),
-    ] = "13a",
-    lowercase: Annotated[bool, typer.Option("--lowercase", help="Case-insensitive scores.")] = False,
-    chrf_plus: Annotated[
-        bool, typer.Option("--chrf++", help="chrF++ (word bigrams) instead of chrF.")
-    ] = False,
-    buckets: Annotated[
-        str, typer.Option(metavar="INT,INT,...", help="Upper bounds of the length buckets, in words.")
-    ] = "10,20,30,40,50",
-    by: Annotated[
-        Literal["ref", "src"], typer.Option(help="Which side's length puts a sentence in a bucket.")
-    ] = "ref",
-    bootstrap: Annotated[
-        int, typer.Option(min=0, metavar="INT", help="Paired bootstrap resamples (0: no significance test).")
-    ] = 1000,
-    seed: Annotated[int, typer.Option(metavar="INT", help="Seed of the bootstrap.")] = 12345,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    plot: Annotated[
-        Path | None, typer.Option(metavar="PATH", help="Write a BLEU-by-length bar chart PNG here.")
-    ] = None,
-    details: Annotated[
-        Path | None, typer.Option(metavar="PATH", help="Write per-sentence scores here (TSV).")
-    ] = None,
+    tokenize: TokenizeOption = "13a",
+    lowercase: LowercaseOption = False,
+    chrf_plus: ChrfPlusOption = False,
+    buckets: BucketsOption = "10,20,30,40,50",
+    by: ByOption = "ref",
+    bootstrap: BootstrapOption = 1000,
+    seed: SeedOption = 12345,
+    as_json: JsonOption = False,
+    plot: PlotOption = None,
+    details: DetailsOption = None,
 ) -> None:
     """Score output with sacreBLEU, overall and by length (nmt eval --hyp out.txt --ref ref.txt)."""
     from nmt.commands.evaluate import run_eval

@@ -6,17 +6,42 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from nmt.errors import NMTError
 from nmt.fileio import (
     atomic_text,
+    check_outputs,
     count_lines,
     iter_lines,
     line_chunks,
 )
 from nmt.text.translation import TextTranslator, Translation
 from nmt.words import attention_view
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The decode settings `nmt translate` may override; None (and `no_unk` False): the config's."""
+
+    beam: int | None = None
+    batch_size: int | None = None
+    batch_type: str | None = None  # sentences or tokens
+    alpha: float | None = None
+    length_penalty: str | None = None  # none, avg or gnmt
+    coverage: float | None = None
+    min_len: int | None = None
+    max_len: int | None = None
+    max_len_ratio: float | None = None
+    max_len_add: int | None = None
+    no_repeat_ngram: int | None = None
+    no_unk: bool = False  # never output the unknown token
+
+    def overrides(self) -> dict:
+        """The decode config's keys and their values (None: keep the config's)."""
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "no_unk"}
+        return given | {"allow_unk": False if self.no_unk else None}
 
 
 @dataclass
@@ -62,10 +87,47 @@ def attention_record(index: int, t: Translation, pieces: bool = False) -> dict:
     }
 
 
+def run_translate(
+    models: list[Path],
+    input: Path | None,
+    output: Path | None,
+    decode: DecodeOptions,
+    opts: OutputOptions,
+    device: str = "auto",
+    quantize: str = "none",
+    engine: str = "torch",
+    quiet: bool = False,
+) -> str:
+    """The whole `nmt translate`: the outputs checked, the models loaded on `engine` (torch or
+    onnx), the input translated; returns a summary line for stderr ('' when nothing to say)."""
+    check_outputs(
+        {"-o": output, "--attention": opts.attention}, {"-i": input, **{f"-m {m}": m for m in models}}
+    )
+    translator = load_engine(models, decode.overrides(), device, quantize, engine)
+    opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
+    return translate_files(translator, input, output, opts, quiet)
+
+
+def load_engine(
+    models: list[Path], overrides: dict, device: str, quantize: str, engine: str
+) -> TextTranslator:
+    """The torch translator (on `device`, `quantize`d), or onnxruntime's of an export directory."""
+    if engine == "onnx":
+        if quantize != "none":
+            raise NMTError("--quantize is for the torch engine; leave it out with --engine onnx")
+        from nmt.runtime.translator import load_onnx_translator
+
+        return load_onnx_translator(models, overrides)
+    from nmt.decode.translator import load_translator
+
+    return load_translator(models, overrides, device, quantize)
+
+
 def translate_files(
     translator: TextTranslator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
 ) -> str:
-    """The whole `nmt translate`; returns a summary line for stderr ('' when nothing to say).
+    """The input translated, its results written; returns a summary line for stderr ('' when
+    nothing to say).
 
     Results are written as they come, in input order (through temp files renamed at the end),
     so memory stays flat in the number of input lines; attention is kept only when an output
@@ -97,15 +159,25 @@ def translate_files(
                 to_plot.append(t)
             truncated += t.truncated
     if opts.plot_attention:
-        from nmt.plots import attention_heatmap
+        plot_heatmaps(to_plot, opts)
+    return closing_notes(truncated, opts)
 
-        for i, t in enumerate(to_plot, 1):
-            if t.hypotheses:
-                path = opts.plot_attention / f"attention-{i}.png"
-                title = f"sentence {i}" + (f" \u2014 {opts.model_name}" if opts.model_name else "")
-                attention_heatmap(
-                    t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, path, title, opts.pieces, opts.dpi
-                )
+
+def plot_heatmaps(translations: list[Translation], opts: OutputOptions) -> None:
+    """A heatmap PNG of each translation's attention in `opts.plot_attention`."""
+    from nmt.plots import attention_heatmap
+
+    for i, t in enumerate(translations, 1):
+        if t.hypotheses:
+            path = opts.plot_attention / f"attention-{i}.png"
+            title = f"sentence {i}" + (f" \u2014 {opts.model_name}" if opts.model_name else "")
+            attention_heatmap(
+                t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces, path, title, opts.pieces, opts.dpi
+            )
+
+
+def closing_notes(truncated: int, opts: OutputOptions) -> str:
+    """What `nmt translate` says on stderr at the end: truncated lines, where the plots are."""
     notes = []
     if truncated:
         notes.append(
