@@ -24,7 +24,7 @@ from nmt.assets import heatmap_js
 from nmt.decode.translator import Translator
 from nmt.errors import NMTError
 from nmt.serve.batcher import Batcher, QueueFullError
-from nmt.serve.requests import Limits, RequestError, parse_translate, translation_json
+from nmt.serve.requests import Limits, RequestError, TranslateRequest, parse_translate, translation_json
 from nmt.version import VERSION
 
 log = logging.getLogger("nmt.serve")
@@ -66,73 +66,21 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
     default_beams = {name: t.cfg.beam for name, t in translators.items()}
 
     async def translate(request: Request) -> Response:
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limits.max_body_bytes:
-            return error(413, f"the request body is {length} bytes, at most {limits.max_body_bytes}")
-        body = b""
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limits.max_body_bytes:
-                    return error(413, f"the request body is over {limits.max_body_bytes} bytes")
-        except ClientDisconnect:
-            return error(400, "the client disconnected before sending the whole body")
-        try:
+            body = await read_body(request, limits.max_body_bytes)
             req = parse_translate(body, limits, default_beams)
         except RequestError as e:
             return error(e.status, str(e))
         request.state.sentences = len(req.sentences)
         if not req.sentences:
             return JSONResponse({"model": req.settings.model, "translations": []})
-        try:
-            job, future = batcher.submit(req.settings, req.sentences)
-        except QueueFullError as e:
-            return error(503, f"the server is busy ({e}); retry shortly", {"Retry-After": "1"})
-        try:
-            results = await asyncio.wait_for(future, limits.timeout_s)
-        except TimeoutError:
-            job.abandoned = True
-            why = f"the translation took longer than {limits.timeout_s:g} s; send fewer sentences"
-            return error(504, why)
-        except NMTError as e:
-            return error(422, str(e))
-        except Exception as e:  # the worker logged the traceback
-            return error(500, f"internal error while decoding ({type(e).__name__})")
-        n = req.settings.nbest
-        body_out = [translation_json(t, n, req.attention) for t in results]
-        return JSONResponse({"model": req.settings.model, "translations": body_out})
+        return await translations(req, batcher, limits.timeout_s)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "waiting": batcher.waiting})
 
     async def info(request: Request) -> Response:
-        models = [
-            {"name": name, **asdict(t.info), "decode": asdict(t.cfg)} for name, t in translators.items()
-        ]
-        batching = {"max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_ms}
-        return JSONResponse(
-            {
-                "version": VERSION,
-                "default_model": next(iter(translators)),
-                "models": models,
-                "limits": {**limits.to_dict(), "queue_size": batcher.queue_size},
-                "batching": batching,
-            }
-        )
-
-    async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
-
-    async def heatmap(request: Request) -> Response:
-        return Response(heatmap_js(), media_type="text/javascript")  # the explorer's heatmap
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)
-
-    async def server_error(request: Request, exc: Exception) -> Response:
-        log.exception(f"{request.method} {request.url.path} failed")
-        return error(500, f"internal error ({type(exc).__name__})")
+        return JSONResponse(server_info(translators, limits, batcher))
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -155,3 +103,72 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
     )
     app.add_middleware(RequestLog)
     return app
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request's body, refused (413) past `max_bytes` as soon as that shows."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise RequestError(413, f"the request body is {length} bytes, at most {max_bytes}")
+    body = b""
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise RequestError(413, f"the request body is over {max_bytes} bytes")
+    except ClientDisconnect:
+        raise RequestError(400, "the client disconnected before sending the whole body") from None
+    return body
+
+
+async def translations(req: TranslateRequest, batcher: Batcher, timeout_s: float) -> Response:
+    """The request's sentences queued on the batcher and their translations awaited: the JSON
+    answer, or the error of a full queue (503), a timeout (504) or a failed decoding."""
+    try:
+        job, future = batcher.submit(req.settings, req.sentences)
+    except QueueFullError as e:
+        return error(503, f"the server is busy ({e}); retry shortly", {"Retry-After": "1"})
+    try:
+        results = await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        job.abandoned = True
+        why = f"the translation took longer than {timeout_s:g} s; send fewer sentences"
+        return error(504, why)
+    except NMTError as e:
+        return error(422, str(e))
+    except Exception as e:  # the worker logged the traceback
+        return error(500, f"internal error while decoding ({type(e).__name__})")
+    n = req.settings.nbest
+    body = [translation_json(t, n, req.attention) for t in results]
+    return JSONResponse({"model": req.settings.model, "translations": body})
+
+
+def server_info(translators: dict[str, Translator], limits: Limits, batcher: Batcher) -> dict:
+    """`GET /info`: the version, every model with its decode settings, the limits and batching."""
+    models = [{"name": name, **asdict(t.info), "decode": asdict(t.cfg)} for name, t in translators.items()]
+    batching = {"max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_ms}
+    return {
+        "version": VERSION,
+        "default_model": next(iter(translators)),
+        "models": models,
+        "limits": {**limits.to_dict(), "queue_size": batcher.queue_size},
+        "batching": batching,
+    }
+
+
+async def page(request: Request) -> Response:
+    return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+
+async def heatmap(request: Request) -> Response:
+    return Response(heatmap_js(), media_type="text/javascript")  # the explorer's heatmap
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    log.exception(f"{request.method} {request.url.path} failed")
+    return error(500, f"internal error ({type(exc).__name__})")
