@@ -67,9 +67,36 @@ def model_card(
     weights_bytes: int,
     name: str,
 ) -> str:
+    cfg = loaded.config
+    lines = [
+        f"# {name}: {cfg.data.src_lang} -> {cfg.data.tgt_lang} attentional LSTM translation model",
+        "",
+        f"Released with nmt {VERSION}: `model.safetensors` (weights only), `config.yaml` (model, "
+        "decoding and input settings), the SentencePiece model(s) and this card.",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in _facts(loaded, metrics, fp16, weights_bytes)),
+        "",
+        "## Test scores",
+        "",
+        *_scores(scores),
+        "",
+        "## Use",
+        "",
+        "```bash",
+        f"nmt translate -m {name} -i input.txt -o output.txt --beam 5",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _facts(loaded: LoadedModel, metrics: list[dict], fp16: bool, weights_bytes: int) -> list[tuple[str, str]]:
+    """The card's table: languages, data, the model's parts, its size and its training budget."""
     cfg, tok = loaded.config, loaded.tokenizers
     m = cfg.model
-    rows = [
+    return [
         ("languages", f"{cfg.data.src_lang} -> {cfg.data.tgt_lang}"),
         ("data", _data(loaded)),
         ("encoder", f"bidirectional LSTM, {m.encoder.layers} x {m.encoder.hidden} per direction"),
@@ -85,35 +112,14 @@ def model_card(
         ("weights", f"{'fp16' if fp16 else 'fp32'}, {weights_bytes / 1e6:.2f} MB (safetensors)"),
         ("training budget", _budget(metrics)),
     ]
-    lines = [
-        f"# {name}: {cfg.data.src_lang} -> {cfg.data.tgt_lang} attentional LSTM translation model",
+
+
+def _scores(scores: TestScores | None) -> list[str]:
+    if scores is None:
+        return ["Not measured (release with --test-src and --test-ref to add them)."]
+    return [
+        f"On `{scores.source}` ({scores.sentences} sentences), beam {scores.beam}:",
         "",
-        f"Released with nmt {VERSION}: `model.safetensors` (weights only), `config.yaml` (model, "
-        "decoding and input settings), the SentencePiece model(s) and this card.",
-        "",
-        "| | |",
-        "|---|---|",
-        *(f"| {key} | {value} |" for key, value in rows),
-        "",
-        "## Test scores",
-        "",
+        f"- BLEU {scores.bleu:.2f} (`{scores.bleu_signature}`)",
+        f"- chrF {scores.chrf:.2f} (`{scores.chrf_signature}`)",
     ]
-    if scores:
-        lines += [
-            f"On `{scores.source}` ({scores.sentences} sentences), beam {scores.beam}:",
-            "",
-            f"- BLEU {scores.bleu:.2f} (`{scores.bleu_signature}`)",
-            f"- chrF {scores.chrf:.2f} (`{scores.chrf_signature}`)",
-        ]
-    else:
-        lines.append("Not measured (release with --test-src and --test-ref to add them).")
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```bash",
-        f"nmt translate -m {name} -i input.txt -o output.txt --beam 5",
-        "```",
-        "",
-    ]
-    return "\n".join(lines)

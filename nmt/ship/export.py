@@ -46,6 +46,26 @@ TOLERANCE = 1e-4  # max |torch - onnxruntime| / (1 + |onnxruntime|) over every o
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["src", "src_len"], ["memory", "mask", "keys", "h", "c", "feed"]
 STEP_INPUTS = ["y", "h", "c", "feed", "memory", "mask", "keys", "positions"]
 STEP_OUTPUTS = ["log_probs", "h_out", "c_out", "feed_out", "weights"]
+# the axes of every input and output that vary from call to call: rows (sentences, or beams) and
+# source positions; h and c are (layers, rows, H)
+_ROWS, _SOURCE, _LAYERED = {0: "rows"}, {0: "rows", 1: "source_length"}, {1: "rows"}
+DYNAMIC_AXES = {
+    "src": _SOURCE,
+    "src_len": _ROWS,
+    "y": _ROWS,
+    "h": _LAYERED,
+    "c": _LAYERED,
+    "feed": _ROWS,
+    "memory": _SOURCE,
+    "mask": _SOURCE,
+    "keys": _SOURCE,
+    "positions": _ROWS,
+    "log_probs": _ROWS,
+    "h_out": _LAYERED,
+    "c_out": _LAYERED,
+    "feed_out": _ROWS,
+    "weights": _SOURCE,
+}
 
 
 class ExportEncoder(nn.Module):
@@ -128,7 +148,7 @@ def quiet_stderr():
         os.close(saved)
 
 
-def _graph(module: nn.Module, args: tuple, inputs: list[str], outputs: list[str], dynamic: dict) -> bytes:
+def _graph(module: nn.Module, args: tuple, inputs: list[str], outputs: list[str]) -> bytes:
     buffer = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings(), quiet_stderr():
         warnings.simplefilter("ignore")  # the exporter's notes on traced shapes and packed sequences
@@ -140,7 +160,7 @@ def _graph(module: nn.Module, args: tuple, inputs: list[str], outputs: list[str]
             opset_version=OPSET,
             input_names=inputs,
             output_names=outputs,
-            dynamic_axes=dynamic,
+            dynamic_axes={name: DYNAMIC_AXES[name] for name in inputs + outputs},
         )
     return buffer.getvalue()
 
@@ -159,46 +179,8 @@ def export_graphs(model: Seq2Seq, vocab: int) -> tuple[bytes, bytes]:
         *enc_out[:3],
         torch.zeros(R, dtype=torch.long),
     )
-    rows = {0: "rows"}
-    source = {0: "rows", 1: "source_length"}
-    layered = {1: "rows"}
-    enc_graph = _graph(
-        encoder,
-        (src, src_len),
-        ENCODER_INPUTS,
-        ENCODER_OUTPUTS,
-        {
-            "src": source,
-            "src_len": rows,
-            "memory": source,
-            "mask": source,
-            "keys": source,
-            "h": layered,
-            "c": layered,
-            "feed": rows,
-        },
-    )
-    step_graph = _graph(
-        step,
-        step_args,
-        STEP_INPUTS,
-        STEP_OUTPUTS,
-        {
-            "y": rows,
-            "h": layered,
-            "c": layered,
-            "feed": rows,
-            "memory": source,
-            "mask": source,
-            "keys": source,
-            "positions": rows,
-            "log_probs": rows,
-            "h_out": layered,
-            "c_out": layered,
-            "feed_out": rows,
-            "weights": source,
-        },
-    )
+    enc_graph = _graph(encoder, (src, src_len), ENCODER_INPUTS, ENCODER_OUTPUTS)
+    step_graph = _graph(step, step_args, STEP_INPUTS, STEP_OUTPUTS)
     return enc_graph, step_graph
 
 
