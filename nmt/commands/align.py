@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
+
+if TYPE_CHECKING:
+    from nmt.decode.translator import Translator
 
 
 def run_align(
@@ -22,8 +26,7 @@ def run_align(
     """The whole `nmt align`: Pharaoh links from the attention of free decoding, or of forced
     decoding on --ref; with --gold, the AER line. Everything is checked before anything is written."""
     from nmt.decode.translator import load_translator
-    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method, parse_pharaoh
-    from nmt.words import text_words
+    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method
 
     chosen = method(how, threshold)
     check_outputs({"-o": output}, {"--src": src, "--ref": ref, "--gold": gold})
@@ -31,8 +34,27 @@ def run_align(
     targets = read_lines(ref) if ref else None
     gold_lines = read_lines(gold) if gold else None
     check_same_length({src: sources, ref: targets, gold: gold_lines})
+    gold_links = read_gold(gold, gold_lines or [], sources, targets)
+    translator = load_translator(models, decode_overrides, device)
+    links = [
+        set() if item is None or not line.strip() else align(*item, chosen)
+        for item, line in zip(attention_of(translator, sources, targets), sources, strict=True)
+    ]
+    atomic_write_text(output, "".join(format_pharaoh(a) + "\n" for a in links))
+    if gold_links:
+        mode = "forced on the reference" if targets is not None else "free decoding"
+        return f"{how} ({mode}): " + alignment_error_rate(links, gold_links).line()
+    return ""
+
+
+def read_gold(gold: Path | None, lines: list[str], sources: list[str], targets: list[str] | None) -> list:
+    """The (sure, possible) links of each line of the gold file `gold`, every link checked to
+    fall inside its sentence (words of the source, and of the target when it is given)."""
+    from nmt.evaluate.alignment import parse_pharaoh
+    from nmt.words import text_words
+
     gold_links = []
-    for n, line in enumerate(gold_lines or [], 1):
+    for n, line in enumerate(lines, 1):
         sure, possible = parse_pharaoh(line, f"{gold}:{n}")
         n_src = len(text_words(sources[n - 1]))
         n_tgt = len(text_words(targets[n - 1])) if targets else None
@@ -44,20 +66,15 @@ def run_align(
                     + "; indices are 0-based)"
                 )
         gold_links.append((sure, possible))
-    translator = load_translator(models, decode_overrides, device)
+    return gold_links
+
+
+def attention_of(translator: Translator, sources: list[str], targets: list[str] | None) -> list:
+    """Each sentence's (attention, source pieces, target pieces): of forced decoding on
+    `targets`, or of the best translation (None for an empty line)."""
     if targets is not None:
-        decoded = [(s.attention, s.src_pieces, s.tgt_pieces) for s in translator.score(sources, targets)]
-    else:
-        decoded = [
-            (t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces) if t.hypotheses else None
-            for t in translator.translate(sources)
-        ]
-    links = [
-        set() if item is None or not line.strip() else align(*item, chosen)
-        for item, line in zip(decoded, sources, strict=True)
+        return [(s.attention, s.src_pieces, s.tgt_pieces) for s in translator.score(sources, targets)]
+    return [
+        (t.hypotheses[0].attention, t.src_pieces, t.tgt_pieces) if t.hypotheses else None
+        for t in translator.translate(sources)
     ]
-    atomic_write_text(output, "".join(format_pharaoh(a) + "\n" for a in links))
-    if gold_links:
-        mode = "forced on the reference" if targets is not None else "free decoding"
-        return f"{how} ({mode}): " + alignment_error_rate(links, gold_links).line()
-    return ""

@@ -157,6 +157,30 @@ def evaluate(
 ) -> Report:
     """Score every system against the reference set(s) `refs` (each a list of lines)."""
     opts = opts or EvalOptions()
+    n = _check_lines(systems, refs, opts, src)
+    chosen = metrics(opts)
+    signatures, reports = {}, []
+    for name, hyps in systems.items():
+        scores = {}
+        for metric_name, metric in chosen.items():
+            scores[metric_name] = metric.corpus_score(hyps, refs).score
+            signatures[metric_name] = str(metric.get_signature())
+        exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs[0], strict=True)) / n
+        reports.append(SystemReport(name, scores, exact))
+    compare = len(systems) > 1 and opts.bootstrap > 0
+    _add_buckets(reports, systems, refs, src if opts.by == "src" else refs[0], chosen, compare, opts)
+    significance = ""
+    if compare:
+        for report, p in zip(reports[1:], paired_p_values(systems, refs, chosen, opts).values(), strict=True):
+            report.p_values = p
+        significance = f"paired bootstrap resampling, {opts.bootstrap} resamples, seed {opts.seed}"
+    return Report(n, signatures, opts.by, significance, reports)
+
+
+def _check_lines(
+    systems: dict[str, list[str]], refs: list[list[str]], opts: EvalOptions, src: list[str] | None
+) -> int:
+    """The number of lines every reference, system (and with `by` src, the source) must share."""
     n = len(refs[0])
     if n == 0:
         raise NMTError("nothing to score: the reference file is empty")
@@ -168,20 +192,22 @@ def evaluate(
             raise NMTError(f"{name} has {len(hyps)} lines but the references have {n}")
     if opts.by == "src" and (src is None or len(src) != n):
         raise NMTError("--by src needs the source file (--src) with as many lines as the references")
-    chosen = metrics(opts)
-    signatures, reports = {}, []
-    for name, hyps in systems.items():
-        scores = {}
-        for metric_name, metric in chosen.items():
-            scores[metric_name] = metric.corpus_score(hyps, refs).score
-            signatures[metric_name] = str(metric.get_signature())
-        exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs[0], strict=True)) / n
-        reports.append(SystemReport(name, scores, exact))
+    return n
 
-    groups = bucket_indices(src if opts.by == "src" else refs[0], opts.buckets)
-    compare = len(systems) > 1 and opts.bootstrap > 0
+
+def _add_buckets(
+    reports: list[SystemReport],
+    systems: dict[str, list[str]],
+    refs: list[list[str]],
+    by: list[str],
+    chosen: dict,
+    compare: bool,
+    opts: EvalOptions,
+) -> None:
+    """Each system's BLEU and chrF on each length bucket of the lines `by` (and with `compare`,
+    the p-value of its BLEU against the first system's there)."""
     chrf_name = list(chosen)[1]
-    for label, idx in zip(bucket_labels(opts.buckets), groups, strict=True):
+    for label, idx in zip(bucket_labels(opts.buckets), bucket_indices(by, opts.buckets), strict=True):
         sub_refs = [[ref[i] for i in idx] for ref in refs]
         sub_systems = {name: [hyps[i] for i in idx] for name, hyps in systems.items()}
         p_values = (
@@ -193,12 +219,6 @@ def evaluate(
             report.buckets.append(
                 BucketScore(label, len(idx), bleu, chrf, p_values.get(name, {}).get("BLEU"))
             )
-    significance = ""
-    if compare:
-        for report, p in zip(reports[1:], paired_p_values(systems, refs, chosen, opts).values(), strict=True):
-            report.p_values = p
-        significance = f"paired bootstrap resampling, {opts.bootstrap} resamples, seed {opts.seed}"
-    return Report(n, signatures, opts.by, significance, reports)
 
 
 def format_table(report: Report) -> str:
