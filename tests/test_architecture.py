@@ -152,3 +152,20 @@ def test_registries_are_separate():
 
     assert not set(Attention.registry) & set(Bridge.registry) - {"none"}
     assert Attention.registry["none"] is not Bridge.registry["none"]
+
+
+LONGEST_FUNCTION = 60  # lines, from `def` to the end of the body
+
+
+def test_no_function_is_longer_than_a_screen():
+    """A function a reader can see whole: split the longer ones along their seams."""
+    functions = [
+        (path.relative_to(PACKAGE.parent), node.lineno, node.name, node.end_lineno - node.lineno + 1)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    too_long = [
+        f"{path}:{line} {name} ({n} lines)" for path, line, name, n in functions if n > LONGEST_FUNCTION
+    ]
+    assert not too_long, too_long
