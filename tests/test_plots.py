@@ -63,3 +63,19 @@ def test_plot_attention_from_a_words_export_and_its_errors(tmp_path):
     assert bad.exit_code == 2 and "holds words" in bad.stderr
     bad = runner.invoke(app, ["plot", "attention", "--attention", str(att), "-o", str(tmp_path / "p.gif")])
     assert bad.exit_code == 2 and ".png, .svg or .pdf" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_plot_attention_from_a_model_decodes_with_its_configs_beam(toy_model, tmp_path, monkeypatch):
+    from nmt.decode import translator
+    from tests.explore.test_page import checkpoint_with_beam
+
+    model = checkpoint_with_beam(toy_model.last, 3, tmp_path)
+    built, load = [], translator.load_translator
+    monkeypatch.setattr(
+        translator, "load_translator", lambda *a, **k: built.append(load(*a, **k)) or built[0]
+    )
+    out = tmp_path / "a.png"
+    args = ["plot", "attention", "-m", str(model), "--sentence", "Sonntag, 12. März 1989", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b"\x89PNG") and built[0].cfg.beam == 3

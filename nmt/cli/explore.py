@@ -23,7 +23,9 @@ def explore(
         Path | None,
         typer.Option(metavar="PATH", help="References: chrF, forced attention and alignment links."),
     ] = None,
-    beam: Annotated[int, typer.Option(min=1, metavar="INT", help="Beam size.")] = 5,
+    beam: Annotated[
+        int | None, typer.Option(min=1, metavar="INT", help="Beam size (default from the model's config).")
+    ] = None,
     nbest: Annotated[int, typer.Option(min=1, metavar="INT", help="Hypotheses shown per sentence.")] = 5,
     device: DeviceOption = "auto",
 ) -> None:

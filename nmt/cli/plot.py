@@ -24,7 +24,10 @@ def plot_attention(
     sentence: Annotated[
         str | None, typer.Option(metavar="TEXT", help="... and a sentence to translate.")
     ] = None,
-    beam: Annotated[int, typer.Option(min=1, metavar="INT", help="Beam size with --model.")] = 1,
+    beam: Annotated[
+        int | None,
+        typer.Option(min=1, metavar="INT", help="Beam size with --model (default from its config)."),
+    ] = None,
     pieces: Annotated[
         bool, typer.Option("--pieces", help="Subword pieces on the axes instead of words.")
     ] = False,

@@ -15,11 +15,12 @@ def plot_attention_of(
     index: int,
     model: Path | None,
     sentence: str | None,
-    beam: int,
+    beam: int | None,
     pieces: bool = False,
     dpi: int = 100,
 ) -> None:
-    """Heatmap of one sentence, from a `translate --attention` JSONL file or from a checkpoint."""
+    """Heatmap of one sentence, from a `translate --attention` JSONL file or from a checkpoint
+    (decoded with `beam`, or its config's `decode.beam` when None)."""
     from nmt.plots import attention_heatmap, check_plot_path, draw_heatmaps
 
     check_outputs({"-o": out}, {"--attention": attention, "-m": model})

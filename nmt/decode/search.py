@@ -24,7 +24,16 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
-from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score, restrict, search_is_over
+from nmt.text.ranking import (
+    NEG_INF,
+    Hypothesis,
+    Source,
+    beam_width,
+    final_score,
+    is_greedy,
+    restrict,
+    search_is_over,
+)
 from nmt.vocab import BOS, EOS
 
 Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypotheses, best first)
@@ -100,9 +109,10 @@ def search(
     """The `nbest` best hypotheses of every source, yielded as each sentence finishes (not in
     input order): greedy search for beam 1 and nbest 1, beam search otherwise."""
     keep_attention = attention or cfg.coverage > 0
-    if cfg.beam == 1 and nbest == 1:
-        return GreedyPool(model, cfg, device, keep_attention).run(Feed(sources, fits))
-    return BeamPool(model, cfg, device, keep_attention, max(cfg.beam, nbest), nbest).run(Feed(sources, fits))
+    feed = Feed(sources, fits)
+    if is_greedy(cfg, nbest):
+        return GreedyPool(model, cfg, device, keep_attention).run(feed)
+    return BeamPool(model, cfg, device, keep_attention, beam_width(cfg, nbest), nbest).run(feed)
 
 
 class Pool:

@@ -20,6 +20,7 @@ import numpy as np
 from nmt.assets import heatmap_js
 from nmt.evaluate.alignment import Argmax, word_matrix
 from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
+from nmt.text.ranking import beam_width
 from nmt.words import WordMap, attention_view, text_words
 
 DATA_MARK = "/*NMT_DATA*/null"
@@ -140,7 +141,8 @@ def build_explorer(
         translator = Translator.from_config(
             loaded.model, loaded.tokenizers, loaded.config, torch_device, decode_overrides
         )
-        systems.append({**system_info(path, loaded, systems), "beam": translator.cfg.beam})
+        width = beam_width(translator.cfg, nbest)  # the search's, widened to hold the n-best shown
+        systems.append({**system_info(path, loaded, systems), "beam": width})
         per_system.append(explore_system(translator, sources, targets, nbest))
     data = {
         "title": f"nmt explore: {src.name}" + (f" vs {ref.name}" if ref else ""),

@@ -12,7 +12,7 @@ from nmt.errors import NMTError
 from nmt.hub import resolve_model_path
 from nmt.runtime.model import OnnxModel
 from nmt.runtime.search import beam_search, greedy_search
-from nmt.text.ranking import Hypothesis
+from nmt.text.ranking import Hypothesis, is_greedy
 from nmt.text.translation import TextTranslator
 from nmt.vocab import PAD
 
@@ -30,7 +30,7 @@ class OnnxTranslator(TextTranslator):
             src[i, : len(r)] = r
         src_len = np.array([len(r) for r in rows], dtype=np.int64)
         max_lens = [self.max_len(len(r)) for r in rows]
-        if self.cfg.beam == 1 and nbest == 1:
+        if is_greedy(self.cfg, nbest):
             return [[h] for h in greedy_search(self.model, src, src_len, max_lens, self.cfg)]
         return beam_search(self.model, src, src_len, max_lens, self.cfg, nbest)
 

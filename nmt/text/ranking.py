@@ -35,6 +35,17 @@ class Hypothesis:
     attention: Any  # (len(tokens), S) weights (a tensor or an array); None when not kept
 
 
+def beam_width(cfg: DecodeConfig, nbest: int) -> int:
+    """Hypotheses a sentence's search keeps: the beam, widened to hold the `nbest` asked for."""
+    return max(cfg.beam, nbest)
+
+
+def is_greedy(cfg: DecodeConfig, nbest: int) -> bool:
+    """Whether a search keeps one hypothesis (greedy) or a beam: decided here for both engines,
+    so the torch and onnxruntime decoders of one model always run the same search."""
+    return beam_width(cfg, nbest) == 1
+
+
 def length_penalty(length: int, cfg: DecodeConfig) -> float:
     """|Y| counts EOS. `avg`: |Y|^alpha (alpha = 1: mean log-prob); `gnmt` (Wu et al. 2016):
     ((5 + |Y|) / 6)^alpha. Both grow with |Y|, which the beam's stop rule relies on."""

@@ -70,7 +70,34 @@ def test_the_page_holds_each_systems_outputs_attention_and_nbest(page):
         assert sum(words["m"][j * S : (j + 1) * S]) == pytest.approx(1000, abs=S)
     assert len(first["forced"]["links"]) == len(words["t"]) - 1  # argmax: one link per real word
     assert 1 <= len(first["nbest"]) <= 3 and all(0 <= p <= 1 for _, p in first["nbest"][0]["words"])
+    assert [system["beam"] for system in data["systems"]] == [3, 3]  # --beam 3
     assert data["sentences"][-1]["src"] == "" and "own" not in data["sentences"][-1]["sys"][0]
+
+
+def checkpoint_with_beam(checkpoint: Path, beam: int, folder: Path) -> Path:
+    """A copy of `checkpoint` whose config decodes with a beam of `beam`."""
+    import torch
+
+    state = torch.load(checkpoint, weights_only=True)
+    state["config"]["decode"]["beam"] = beam
+    torch.save(state, folder / "beam.pt")
+    return folder / "beam.pt"
+
+
+def test_explore_decodes_with_the_models_beam_as_translate_does(toy_model, toy_dir, tmp_path):
+    from nmt.decode.translator import load_translator
+
+    model = checkpoint_with_beam(toy_model.last, 3, tmp_path)
+    sources = (toy_dir / "test.human").read_text().splitlines()[:4]
+    src, out = tmp_path / "src.txt", tmp_path / "explore.html"
+    src.write_text("".join(line + "\n" for line in sources))
+    args = ["explore", "-m", model, "--src", src, "--nbest", 1, "-o", out]
+    result = runner.invoke(app, list(map(str, args)))
+    assert result.exit_code == 0, result.output
+    data = page_data(out)
+    assert data["systems"][0]["beam"] == 3
+    translations = load_translator([model], {}).translate(sources)
+    assert [s["sys"][0]["out"] for s in data["sentences"]] == [t.text for t in translations]
 
 
 def test_explore_refuses_a_missing_output_folder(toy_model, toy_dir, tmp_path):
