@@ -110,4 +110,18 @@ OPTIMIZERS = {
 
 
 def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return OPTIMIZERS[cfg.optimizer](params, cfg)
+    """The optimiser of `cfg`; weight decay, when set, spares 1-D parameters (biases, gains)."""
+    return OPTIMIZERS[cfg.optimizer](parameter_groups(params, cfg.weight_decay), cfg)
+
+
+def parameter_groups(params, weight_decay: float) -> list:
+    """Without weight decay, one group as before, so the checkpoints of such runs still resume
+    (an optimiser's state holds its groups); with it, two: the weight matrices decay, the 1-D
+    parameters (biases, gains) do not, as is conventional: pulling an offset or a scale towards
+    0 is no regularisation."""
+    params = list(params)
+    if weight_decay == 0:
+        return params
+    matrices = [p for p in params if p.ndim >= 2]
+    vectors = [p for p in params if p.ndim < 2]
+    return [{"params": matrices}, {"params": vectors, "weight_decay": 0.0}]
