@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -130,7 +131,7 @@ class TrainConfig:
     optimizer: Literal["adam", "adamw", "sgd"] = setting("adam", "the optimiser")
     lr: float = setting(0.001, "learning rate (the peak, with warm-up)")
     momentum: float = setting(0.9, "sgd: momentum")
-    weight_decay: float = setting(0.0, "L2 penalty (decoupled for adamw)")
+    weight_decay: float = setting(0.0, "L2 penalty on weight matrices, not on biases (decoupled for adamw)")
     clip: float = setting(5.0, "maximum gradient norm")
     label_smoothing: float = setting(0.0, "share of the target mass spread over the vocabulary")
     teacher_forcing_ratio: float = setting(1.0, "below 1, feed back the model's own predictions")
@@ -202,19 +203,27 @@ class Config:
 
 
 def builtin_configs() -> list[Path]:
-    return sorted(BUILTIN_DIR.glob("*.yaml"))
+    """The built-in configs to train with; `_*.yaml` files are bases the others build on."""
+    return sorted(p for p in BUILTIN_DIR.glob("*.yaml") if not p.name.startswith("_"))
+
+
+def find_builtin(name: str | Path) -> Path | None:
+    """The built-in config (or base) of that name, with or without .yaml."""
+    stem = Path(name).name
+    for candidate in (BUILTIN_DIR / stem, BUILTIN_DIR / f"{stem}.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def resolve_config_path(name: str | Path) -> Path:
     """An existing path wins; otherwise a built-in config of that name (with or without .yaml)."""
     path = Path(name)
-    if path.is_file():
-        return path
-    for candidate in (BUILTIN_DIR / path.name, BUILTIN_DIR / f"{path.name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    known = ", ".join(p.name for p in builtin_configs())
-    raise NMTError(f"{name}: config not found (not a file, nor a built-in config: {known})")
+    found = path if path.is_file() else find_builtin(path)
+    if found is None:
+        known = ", ".join(p.name for p in builtin_configs())
+        raise NMTError(f"{name}: config not found (not a file, nor a built-in config: {known})")
+    return found
 
 
 MAX_CONFIG_VALUES = 10_000  # a config has ~100; more means YAML aliases expanding without end
@@ -274,19 +283,76 @@ def show(value: Any) -> str:
 
 
 def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
+    """A config file or built-in name, merged over its `base:` chain, then the `--set` overrides."""
     path = resolve_config_path(name)
+    raw, bases = read_with_bases(path)
+    for item in overrides or []:
+        apply_override(raw, item)
+    source = f"{path} (with base {', '.join(bases)})" if bases else str(path)
+    return config_from_dict(raw, source=source)
+
+
+def read_config_file(path: Path, named_by: Path | None = None) -> dict[str, Any]:
+    """One file's top-level mapping as written, its `base:` not followed; a base's errors also
+    name the file whose `base:` it is."""
+    source = f"{path} (the base of {named_by})" if named_by else str(path)
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise NMTError(f"{path}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
+        raise NMTError(f"{source}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
     except OSError as e:
-        raise NMTError(f"{path}: cannot read the config ({e.strerror})") from None
-    raw = read_yaml(text, str(path)) or {}
+        raise NMTError(f"{source}: cannot read the config ({e.strerror})") from None
+    raw = read_yaml(text, source) or {}
     if not isinstance(raw, dict):
-        raise NMTError(f"{path}: the top level must be a mapping of sections")
-    for item in overrides or []:
-        apply_override(raw, item)
-    return config_from_dict(raw, source=str(path))
+        raise NMTError(f"{source}: the top level must be a mapping of sections")
+    return raw
+
+
+def read_with_bases(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The file's mapping merged over its `base:` chain (a base may have a base), and the bases'
+    names as written, nearest first. Configs that differ in a few keys then say only those."""
+    layers, names, seen = [read_config_file(path)], [], [path.resolve()]
+    while "base" in layers[-1]:
+        name = layers[-1].pop("base")
+        base = find_base(name, path)
+        if base.resolve() in seen:
+            cycle = " -> ".join(p.name for p in [*seen, base])
+            raise NMTError(f"{path}: base: {name} makes a cycle ({cycle}); remove one of the bases")
+        seen.append(base.resolve())
+        names.append(str(name))
+        layers.append(read_config_file(base, named_by=path))
+        path = base
+    raw = layers.pop()
+    for own in reversed(layers):
+        raw = merge_sections(raw, own)
+    return raw, names
+
+
+def find_base(name: Any, naming: Path) -> Path:
+    """`base:` is a path relative to the file that names it, or a built-in config's name."""
+    if not isinstance(name, str) or not name:
+        raise NMTError(f"{naming}: base: expected a config file or built-in name, got {show(name)}")
+    found = naming.parent / name
+    if found.is_file():
+        return found
+    builtin = find_builtin(name)
+    if builtin is None:
+        raise NMTError(f"{naming}: base: {name} not found (not {found}, nor a built-in config)")
+    return builtin
+
+
+def merge_sections(base: dict[str, Any], own: dict[str, Any], cls: type = Config) -> dict[str, Any]:
+    """`own` over `base`: sections merge key by key; a value (a list, or a mapping such as
+    data.hf_data_files) replaces the base's whole, so a file never inherits half of one."""
+    hints = typing.get_type_hints(cls)
+    merged = dict(base)
+    for key, value in own.items():
+        section = hints.get(key)
+        if dataclasses.is_dataclass(section) and isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = merge_sections(base[key], value, section)
+        else:
+            merged[key] = value
+    return merged
 
 
 def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +370,7 @@ def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     check_size(raw, source)
     cfg = _build(Config, upgrade(raw), source, "")
-    validate(cfg, source)
+    validate(cfg, source, given=raw.get("decode") or {})
     return cfg
 
 
@@ -465,8 +531,8 @@ def _get(cfg: Config, key: str) -> Any:
     return value
 
 
-def validate(cfg: Config, source: str) -> None:
-    """Cross-field checks that a type alone cannot express."""
+def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
+    """Cross-field checks that a type alone cannot express; `given`: the decode keys written."""
 
     def fail(key: str, why: str) -> None:
         raise NMTError(f"{source}: {key}: {why}")
@@ -478,7 +544,7 @@ def validate(cfg: Config, source: str) -> None:
             value = _get(cfg, key)
             if value is not None and not test(value):  # written so that NaN fails every rule
                 fail(key, f"{why}, got {show(value)}")
-    validate_decode(cfg.decode, source)
+    validate_decode(cfg.decode, source, given)
     if cfg.tokenizer.vocab_size < 8:
         fail("tokenizer.vocab_size", "must be at least 8")
     memory = 2 * enc.hidden
@@ -509,8 +575,9 @@ def validate(cfg: Config, source: str) -> None:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
 
 
-def validate_decode(d: DecodeConfig, source: str) -> None:
-    """The checks of the `decode` section, also applied to settings given per command or call."""
+def validate_decode(d: DecodeConfig, source: str, given: Collection[str] = ()) -> None:
+    """The checks of the `decode` section, also applied to settings given per command or call;
+    `given`: the keys written there (the others are defaults, or the model's settings)."""
     for rule, keys in (
         ("positive_int", ("beam", "batch_size", "max_len")),
         ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio", "max_len_add")),
@@ -519,13 +586,20 @@ def validate_decode(d: DecodeConfig, source: str) -> None:
         for key in keys:
             if not test(getattr(d, key)):
                 raise NMTError(f"{source}: decode.{key}: {why}, got {show(getattr(d, key))}")
+    if d.length_penalty != "none" and d.alpha == 0 and "length_penalty" in given and "alpha" not in given:
+        # Only a penalty named without its exponent: gnmt with alpha 0 is the default, in every
+        # checkpoint's config, and an explicit alpha 0 (a sweep's first value) means what it says.
+        raise NMTError(
+            f"{source}: decode.length_penalty: {d.length_penalty} does nothing while decode.alpha is 0; "
+            "set alpha too (0.6 to 1.0 are usual), or leave length_penalty out"
+        )
 
 
 def decode_settings(base: DecodeConfig, overrides: dict[str, Any], source: str) -> DecodeConfig:
     """`base` with the `overrides` that are not None, type-checked and validated like a config."""
-    raw = dataclasses.asdict(base) | {k: v for k, v in overrides.items() if v is not None}
-    settings = _build(DecodeConfig, raw, source, "decode.")
-    validate_decode(settings, source)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings = _build(DecodeConfig, dataclasses.asdict(base) | given, source, "decode.")
+    validate_decode(settings, source, given)
     return settings
 
 

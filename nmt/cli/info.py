@@ -32,12 +32,13 @@ def configs(
         str | None,
         typer.Option(
             metavar="FILE|NAME",
-            help="Print this config with every default filled in and each key described.",
+            help="Print this config whole (its base merged), every default filled in, each key described.",
             autocompletion=builtin_config_names,
         ),
     ] = None,
 ) -> None:
-    """List the built-in configs, or show one in full (nmt configs --show toy-luong.yaml)."""
+    """List the built-in configs (not the `_*.yaml` bases they build on), or show one in full
+    (nmt configs --show toy-luong.yaml)."""
     from nmt.config import builtin_configs, describe_config, load_config
 
     if show is not None:
