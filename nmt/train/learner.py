@@ -84,9 +84,16 @@ class Learner:
             "scaler": self.precision.scaler.state_dict(),
         }
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Weights, optimiser, schedule and scaler from a checkpoint."""
+    def restore(self, state: dict[str, Any], source: Path) -> None:
+        """Weights, optimiser, schedule and scaler from the checkpoint `source`."""
         self.model.load_state_dict(model_weights(state))
+        groups = len(state["optimizer"]["param_groups"])
+        if groups != len(self.optimizer.param_groups):
+            raise NMTError(
+                f"{source}: its optimiser has {groups} parameter group(s), this run's has "
+                f"{len(self.optimizer.param_groups)}: weight decay now spares biases; "
+                "resume it with the nmt that wrote it, or start a new run"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.precision.scaler.load_state_dict(state["scaler"])

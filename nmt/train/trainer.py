@@ -78,7 +78,7 @@ class Trainer:
         if not state:
             self.report.forget_after(0)
             return []
-        self.learner.restore(state)
+        self.learner.restore(state, self.run_dir / CHECKPOINTS / LAST)
         if "window" in state:  # a stop between log steps: the next log line still covers its steps
             self.window = LogWindow(*state["window"])
         restore_rng(state["rng"], self.generator, self.rank, self.world)
