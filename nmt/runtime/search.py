@@ -13,7 +13,7 @@ import numpy as np
 
 from nmt.config import DecodeConfig
 from nmt.runtime.model import OnnxModel
-from nmt.text.ranking import Hypothesis, final_score, restrict, search_is_over
+from nmt.text.ranking import Hypothesis, beam_width, final_score, restrict, search_is_over
 from nmt.vocab import BOS, EOS
 
 
@@ -73,7 +73,7 @@ def beam_search(
     cfg: DecodeConfig,
     nbest: int = 1,
 ) -> list[list[Hypothesis]]:
-    K = max(cfg.beam, nbest)
+    K = beam_width(cfg, nbest)
     B, S = src.shape
     state = model.encode(src, src_len).select(np.repeat(np.arange(B), K))  # K rows per sentence
     lengths = src_len.tolist()
