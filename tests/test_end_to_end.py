@@ -5,8 +5,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from nmt.checkpoint import read_checkpoint
 from nmt.cli import app
 from nmt.rundir import read_metrics
+from tests.conftest import assert_image, assert_resumed_at
 
 runner = CliRunner()
 TINY = [
@@ -78,8 +80,10 @@ def test_translate_and_eval(trained, toy_dir, tmp_path):
     )
     lines = hyp.read_text().splitlines()
     assert len(lines) == len((toy_dir / "test.human").read_text().splitlines())
-    png = (tmp_path / "attention-1.png").read_bytes()
-    assert png.startswith(b"\x89PNG") and len(png) > 5000
+    for n in (1, 2):  # --plot-first 2: one heatmap per sentence, and no more
+        width, height = png_size(tmp_path / f"attention-{n}.png")
+        assert width >= 300 and height >= 200
+    assert not (tmp_path / "attention-3.png").exists()
     beam = tmp_path / "beam.txt"
     invoke(
         "translate",
@@ -125,9 +129,13 @@ def test_resume_continues_and_refuses_changed_maths(trained, tmp_path):
     shutil.copytree(trained, run)
     refused = runner.invoke(app, ["train", "--resume", str(run), "--set", "model.attention.type=dot"])
     assert refused.exit_code == 2 and "model.attention.type" in refused.stderr
+    before = read_metrics(run)
+    step = read_checkpoint(run / "checkpoints" / "last.pt")["progress"]["step"]
+    assert step == 40
     invoke("train", "--resume", run, "--set", "train.max_steps=60", "--quiet")
     steps = [m["step"] for m in read_metrics(run) if "loss" in m]
     assert steps == [10, 20, 30, 40, 50, 60]
+    assert_resumed_at(run, before, step, log_every=10)  # continued at 40, did not retrain 1-40
 
 
 @pytest.mark.slow
@@ -149,11 +157,14 @@ def test_the_demo_model_learns_the_toy_task(tmp_path):
 
 
 def png_size(path):
+    """The (width, height) of a PNG checked to be one (`assert_image`) and not a blank canvas."""
     import matplotlib.image
 
+    size = assert_image(path, "png")
     image = matplotlib.image.imread(path)
     assert image.std() > 0.02  # not a blank canvas
-    return image.shape[1], image.shape[0]
+    assert (image.shape[1], image.shape[0]) == size
+    return size
 
 
 def test_plot_attention_from_jsonl_and_from_a_checkpoint(trained, toy_dir, tmp_path):

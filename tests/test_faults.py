@@ -19,11 +19,12 @@ from nmt.checkpoint import read_checkpoint
 from nmt.cli import app
 from nmt.rundir import CHECKPOINTS, LAST, METRICS, RunLock, prepare_run_dir, read_metrics
 from nmt.train.trainer import Trainer
-from tests.conftest import tiny_config
+from tests.conftest import assert_resumed_at, assert_started_afresh, tiny_config
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ["train.log_every=5", "train.valid_every=10", "train.max_steps=30", "model.dropout=0.3"]
+LOG_EVERY = 5
+BASE = [f"train.log_every={LOG_EVERY}", "train.valid_every=10", "train.max_steps=30", "model.dropout=0.3"]
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -277,8 +278,11 @@ def test_a_signal_saves_at_a_step_boundary_and_the_resume_is_exact(
     assert f"continue with: nmt train --resume {run}" in err.strip().splitlines()[-1]
     step = read_checkpoint(run / CHECKPOINTS / LAST)["progress"]["step"]
     assert 12 <= step < 30
+    before = read_metrics(run)
+    assert f"at step {step}; continue with" in err  # saved where it stopped, and said so
     result = runner.invoke(app, ["train", "--resume", str(run), "-q"])
     assert result.exit_code == 0, result.output
+    assert_resumed_at(run, before, step, LOG_EVERY)
     assert losses(run) == losses(reference)
     assert valid_losses(run) == valid_losses(reference)
 
@@ -291,8 +295,10 @@ def test_kill_9_loses_only_minutes_and_resumes_exactly(toy_dir, tmp_path, refere
     proc.wait()
     step = read_checkpoint(run / CHECKPOINTS / LAST)["progress"]["step"]
     assert step >= 5 and step % 5 == 0  # saved by time, at a log step, with no validation yet
+    before = read_metrics(run)
     result = runner.invoke(app, ["train", "--resume", str(run), "-q", "--set", "train.valid_every=10"])
     assert result.exit_code == 0, result.output
+    assert_resumed_at(run, before, step, LOG_EVERY)
     assert losses(run) == losses(reference)
 
 
@@ -317,8 +323,12 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(toy_dir, tm
     assert full.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and "File too large" in err, err
     assert snapshot(run / CHECKPOINTS) == before  # the last good checkpoints are intact
+    step = read_checkpoint(run / CHECKPOINTS / LAST)["progress"]["step"]
+    assert step == 10
+    metrics = read_metrics(run)
     result = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=30", "-q"])
     assert result.exit_code == 0, result.output
+    assert_resumed_at(run, metrics, step, LOG_EVERY)
     assert losses(run) == losses(reference)
 
 
@@ -357,18 +367,26 @@ def test_an_edited_config_is_caught_on_resume(short_run):
     config.write_text(text.replace("hidden: 256", "hidden: 64").replace("lr: 0.003", "lr: 0.01"))
     fails_cleanly(["train", "--resume", short_run], "model.decoder.hidden (256 -> 64)", "train.lr")
     config.write_text(text)
+    before = read_metrics(short_run)
+    step = read_checkpoint(short_run / CHECKPOINTS / LAST)["progress"]["step"]
     result = runner.invoke(app, ["train", "--resume", str(short_run), "--set", "train.max_steps=15", "-q"])
     assert result.exit_code == 0, result.output
     assert "resuming with train.max_steps: 10 -> 15" in (short_run / "train.log").read_text()
+    assert step == 10
+    assert_resumed_at(short_run, before, step, LOG_EVERY)
 
 
 def test_a_torn_metrics_line_and_a_damaged_best_are_repaired_on_resume(short_run):
     with open(short_run / METRICS, "a") as f:
         f.write('{"step": 11, "lo')  # a crash in the middle of an append
     (short_run / CHECKPOINTS / "best.pt").write_bytes(b"")  # a full disk while copying it
+    before = read_metrics(short_run)  # the torn line is not one of them
+    step = read_checkpoint(short_run / CHECKPOINTS / LAST)["progress"]["step"]
     result = runner.invoke(app, ["train", "--resume", str(short_run), "--set", "train.max_steps=15", "-q"])
     assert result.exit_code == 0, result.output
     assert [m["step"] for m in read_metrics(short_run) if "loss" in m] == [5, 10, 15]
+    assert step == 10
+    assert_resumed_at(short_run, before, step, LOG_EVERY)
     read_checkpoint(short_run / CHECKPOINTS / "best.pt")
     assert "best.pt was missing or damaged" in (short_run / "train.log").read_text()
 
@@ -380,6 +398,8 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_afresh(toy_dir, tmp_pa
     proc.kill()
     proc.wait()
     assert not (run / CHECKPOINTS / LAST).exists()
+    before = read_metrics(run)  # the killed session's lines: step 5 at least
     result = runner.invoke(app, ["train", "--resume", str(run), "-q"])
     assert result.exit_code == 0, result.output
+    assert_started_afresh(run, before, LOG_EVERY)
     assert losses(run) == losses(reference)

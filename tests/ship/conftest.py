@@ -1,5 +1,7 @@
 """One tiny toy run shared by the shipping tests: two-layer encoder and decoder (the case the ONNX
-exporter needs care with), three validation snapshots kept and averaged by the trainer."""
+exporter needs care with), three validation snapshots kept and averaged by the trainer. It is too
+short to translate (it writes nothing for every input), so the ONNX engine is compared with torch
+on `translating_model` (tests/conftest.py) instead."""
 
 import pytest
 from typer.testing import CliRunner

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
+from nmt.checkpoint import read_checkpoint
 from nmt.cli import app
 from nmt.config import TrainConfig
 from nmt.errors import NMTError
@@ -21,7 +22,7 @@ from nmt.train.loss import loss_sums, teacher_forcing_ratio
 from nmt.train.schedule import Schedule
 from nmt.train.trainer import Trainer
 from nmt.vocab import PAD
-from tests.conftest import tiny_config
+from tests.conftest import assert_resumed_at, tiny_config
 
 runner = CliRunner()
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,8 +85,12 @@ def test_same_seed_same_losses_and_exact_resume_after_kill_9(toy_dir, tmp_path):
     assert proc.poll() is None, proc.stderr.read().decode()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    step = read_checkpoint(killed / "checkpoints" / "last.pt")["progress"]["step"]
+    assert 10 <= step < 40
+    before = read_metrics(killed)
     result = runner.invoke(app, ["train", "--resume", str(killed), "--set", "train.max_steps=40", "-q"])
     assert result.exit_code == 0, result.output
+    assert_resumed_at(killed, before, step, log_every=5)
     assert losses(killed) == losses(tmp_path / "a")
 
 
@@ -159,10 +164,14 @@ def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
     assert len(seconds) == 2 and all(s > 0 for s in seconds)
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
     assert state["progress"]["valid_seconds"] == pytest.approx(sum(seconds), abs=0.05)
+    before = read_metrics(run)
     again = runner.invoke(app, ["train", "--resume", str(run), "-q"])  # finished mid-epoch: nothing to do
     assert "already finished" in again.stdout and "3.33 epochs" in again.stdout, again.output
+    assert read_metrics(run) == before  # nothing trained, nothing logged
+    assert state["progress"]["step"] == 10
     more = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=15", "-q"])
     assert more.exit_code == 0 and "trained 15 steps" in more.stdout, more.output
+    assert_resumed_at(run, before, state["progress"]["step"], log_every=5)
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
     total = sum(m["valid_seconds"] for m in read_metrics(run) if "valid_bleu" in m)
     assert state["progress"]["valid_seconds"] == pytest.approx(total, abs=0.05)
@@ -396,6 +405,9 @@ def test_killing_one_of_two_processes_then_resuming_continues_exactly(toy_dir, t
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
     os.kill(int(killed.with_name("killed.rank1.pid").read_text()), signal.SIGKILL)
     assert proc.wait(timeout=120) != 0  # torchrun stops the other rank and fails
+    step = read_checkpoint(killed / "checkpoints" / "last.pt")["progress"]["step"]
+    assert 10 <= step < 40
+    before = read_metrics(killed)
 
     resumed = subprocess.run(
         torchrun(toy_dir, killed, "train.max_steps=40", resume=True),
@@ -405,6 +417,7 @@ def test_killing_one_of_two_processes_then_resuming_continues_exactly(toy_dir, t
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_at(killed, before, step, log_every=5)
     assert losses(killed) == losses(reference)
     last = torch.load(killed / "checkpoints" / "last.pt", weights_only=True)
     assert len(last["rng"]["processes"]) == 2
