@@ -16,7 +16,7 @@ from nmt.data.prepare import prepare
 from nmt.data.sources import download, load_split
 from nmt.errors import NMTError
 from nmt.vocab import BOS, EOS, PAD
-from tests.conftest import MULTI30K, needs_multi30k
+from tests.conftest import MULTI30K, assert_image, needs_multi30k
 
 runner = CliRunner()
 
@@ -237,7 +237,8 @@ def test_multi30k_download_prepare_stats(tmp_path):
     assert result.exit_code == 0, result.output
     assert "valid: 1014 pairs" in result.stdout and "test: 1000 pairs" in result.stdout
     assert "padding efficiency, batches of 4096 tokens" in result.stdout
-    assert (tmp_path / "lengths.png").stat().st_size > 10_000
+    width, height = assert_image(tmp_path / "lengths.png")
+    assert width > 300 and height > 200
 
 
 def test_subword_sampling_varies_segmentation_but_not_text(toy_dir, tmp_path):

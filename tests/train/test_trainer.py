@@ -22,7 +22,7 @@ from nmt.train.loss import loss_sums, teacher_forcing_ratio
 from nmt.train.schedule import Schedule
 from nmt.train.trainer import Trainer
 from nmt.vocab import PAD
-from tests.conftest import assert_resumed_at, tiny_config
+from tests.conftest import assert_image, assert_resumed_at, tiny_config
 
 runner = CliRunner()
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -310,7 +310,8 @@ def test_amp_on_cpu_is_refused(toy_dir, tmp_path):
 
 def test_run_writes_curves_png(toy_dir, tmp_path):
     nmt_train(toy_dir, tmp_path / "run", "train.max_steps=10")
-    assert (tmp_path / "run" / "plots" / "curves.png").stat().st_size > 10_000
+    width, height = assert_image(tmp_path / "run" / "plots" / "curves.png")
+    assert width > 300 and height > 200
 
 
 WORKER = os.path.join(ROOT, "tests", "train", "ddp_worker.py")
