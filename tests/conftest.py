@@ -84,7 +84,8 @@ def assert_started_afresh(run: Path | str, before: list[dict], log_every: int) -
     after = read_metrics(run)
     assert before, "the killed session logged nothing: nothing to tell a fresh start by"
     assert not [m for m in after if m in before], "lines of the killed session were kept"
-    assert after and after[0]["step"] == log_every, f"the first line is at step {after[0]['step']}"
+    assert after, "no metrics line: the restarted session logged nothing"
+    assert after[0]["step"] == log_every, f"the first line is at step {after[0]['step']}"
     assert "no checkpoint yet: starting the run afresh" in (Path(run) / "train.log").read_text()
 
 

@@ -111,20 +111,28 @@ def translate(
     from nmt.commands.translate import DecodeOptions, OutputOptions, run_translate
 
     decode = DecodeOptions(
-        beam,
-        batch_size,
-        batch_type,
-        alpha,
-        length_penalty,
-        coverage,
-        min_len,
-        max_len,
-        max_len_ratio,
-        max_len_add,
-        no_repeat_ngram,
-        no_unk,
+        beam=beam,
+        batch_size=batch_size,
+        batch_type=batch_type,
+        alpha=alpha,
+        length_penalty=length_penalty,
+        coverage=coverage,
+        min_len=min_len,
+        max_len=max_len,
+        max_len_ratio=max_len_ratio,
+        max_len_add=max_len_add,
+        no_repeat_ngram=no_repeat_ngram,
+        no_unk=no_unk,
     )
-    opts = OutputOptions(nbest, scores, attention, plot_attention, plot_first, pieces, dpi)
+    opts = OutputOptions(
+        nbest=nbest,
+        scores=scores,
+        attention=attention,
+        plot_attention=plot_attention,
+        plot_first=plot_first,
+        pieces=pieces,
+        dpi=dpi,
+    )
     summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet)
     if summary:
         typer.echo(summary, err=True)

@@ -61,7 +61,8 @@ class Chunk:
 
 
 def pick(chunks: Iterable[Chunk], lines: np.ndarray) -> Iterator[Chunk]:
-    """Of each chunk, only the pairs at `lines` (sorted 0-based line numbers of the split)."""
+    """Of each chunk, only the pairs at `lines` (sorted 0-based line numbers of the split): a
+    sparse chunk, whose `first` is still the line number of the chunk it was picked from."""
     for chunk in chunks:
         lo, hi = np.searchsorted(lines, [chunk.first - 1, chunk.first - 1 + len(chunk)])
         rows = lines[lo:hi] - (chunk.first - 1)

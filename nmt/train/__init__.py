@@ -1,5 +1,6 @@
-"""Training: the command (`run`), the loop (`trainer`) and its parts: budgets, validation,
-checkpoints, reporting, signals, progress; loss, schedules, precision, distributed.
+"""Training: the command (`run`), the loop (`trainer`) and its parts: the learner, epochs,
+budgets, validation, checkpoints, reporting, signals, progress; loss, schedules, precision,
+distributed.
 
 The package is also callable, as the notebook entry point: `nmt.train("toy-luong.yaml",
 overrides={"train.max_steps": 200}, output="runs/toy")` is `nmt train` from Python. A module

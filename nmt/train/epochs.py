@@ -1,4 +1,5 @@
-"""The training pairs as batches, an epoch at a time.
+"""The data a run trains on: prepared once (`prepare_data`, described by `data_note`), then the
+training pairs as batches, an epoch at a time.
 
 An epoch's batches are a function of the seed and the epoch, so a resumed run finds its place
 by the number of batches it consumed; under torchrun each process takes every N-th batch. With

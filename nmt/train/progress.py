@@ -49,8 +49,9 @@ class Clock:
     """Wall-clock seconds of training so far, across resumed sessions: the seconds the
     checkpoint had (`progress.elapsed`) plus this session's."""
 
-    def __init__(self, progress: Progress):
-        self.progress, self.session_start = progress, time.perf_counter()
+    def __init__(self, progress: Progress, session_start: float | None = None):
+        self.progress = progress
+        self.session_start = time.perf_counter() if session_start is None else session_start
 
     def elapsed(self) -> float:
         return self.progress.elapsed + time.perf_counter() - self.session_start

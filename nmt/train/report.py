@@ -87,6 +87,12 @@ class RunReport:
             file=sys.stderr,
         )
 
+    def step_done(self) -> None:
+        self.bar.update()
+
+    def close_bar(self) -> None:
+        self.bar.close()
+
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()

@@ -66,7 +66,12 @@ def _started(
 
 
 def _resumed(
-    run_dir: Path, config: str | Path | None, overrides: list[str], quiet: bool, rank0: bool, held
+    run_dir: Path,
+    config: str | Path | None,
+    overrides: list[str],
+    quiet: bool,
+    rank0: bool,
+    held: contextlib.ExitStack,
 ) -> Trainer:
     """A trainer that continues the run in `run_dir` from its last.pt (or starts it afresh when
     it was killed before its first checkpoint), with the budgets and reporting `overrides` allow."""

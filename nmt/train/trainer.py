@@ -30,7 +30,7 @@ from nmt.train.learner import Learner
 from nmt.train.precision import Precision
 from nmt.train.progress import HIGHER_IS_BETTER, Clock, LogWindow, Progress, TrainResult
 from nmt.train.report import RunReport, process_seconds
-from nmt.train.signals import Interrupted, stop_requests
+from nmt.train.signals import Interrupted, StopRequest, stop_requests
 from nmt.train.validation import Validator
 
 
@@ -44,16 +44,18 @@ class Trainer:
         checkpoint: dict | None = None,
     ):
         """`resume` continues from the run's last.pt (`checkpoint`, when the caller has read it)."""
+        session_start = time.perf_counter()  # the run's clock counts its start-up too
         self.cfg, self.run_dir, train = cfg, Path(run_dir), cfg.train
+        self.last = self.run_dir / CHECKPOINTS / LAST
         self.rank, self.world = distributed.rank_and_world()
         self.device = resolve_device(distributed.local_device(train.device))
         self.precision = Precision(self.device, train.precision)
         torch.manual_seed(train.seed)
         self.generator = torch.Generator().manual_seed(train.seed + 1)  # teacher-forcing coins
         if resume and checkpoint is None:
-            checkpoint = read_checkpoint(self.run_dir / CHECKPOINTS / LAST)
+            checkpoint = read_checkpoint(self.last)
         self.progress = Progress.from_state(checkpoint["progress"]) if checkpoint else Progress()
-        self.clock = Clock(self.progress)
+        self.clock = Clock(self.progress, session_start)
         self.report = RunReport(self.run_dir, self.rank, quiet, self.clock)
         self.budget = Budget(train, self.progress, self.clock, self.device)
         tokenizers = checkpoint and TokenizerPair.from_state(checkpoint["tokenizers"])
@@ -63,13 +65,16 @@ class Trainer:
         self.validator = Validator(cfg, self.tok, valid.corpus, valid.pairs, self.device, self.precision)
         self.learner = Learner(cfg, (len(self.tok.src), len(self.tok.tgt)), self.device, self.precision)
         self.model = self.learner.model
+        self.higher_is_better = HIGHER_IS_BETTER[train.metric]
         self.keeper = CheckpointKeeper(
-            self.run_dir / CHECKPOINTS, train.keep_best, train.average_last, HIGHER_IS_BETTER[train.metric]
+            self.last.parent, train.keep_best, train.average_last, self.higher_is_better
         )
         self.window = LogWindow()  # the loss since the last log line
         describe = [data_note(data, len(self.validator.translated)), self.learner.describe(self.world)]
         self.notes = [*describe, *self._restore(checkpoint)]  # logged as training starts
         self.last_valid: dict = {}  # the newest validation's entry
+        self.stop = StopRequest()  # what a signal asks while training (stop_requests)
+        self.keeper.saved()  # last.pt is next due save_every_minutes from here
 
     def _restore(self, state: dict | None) -> list[str]:
         """Weights, optimiser, schedule, scaler, loss window and random state from a checkpoint;
@@ -78,7 +83,7 @@ class Trainer:
         if not state:
             self.report.forget_after(0)
             return []
-        self.learner.restore(state, self.run_dir / CHECKPOINTS / LAST)
+        self.learner.restore(state, self.last)
         if "window" in state:  # a stop between log steps: the next log line still covers its steps
             self.window = LogWindow(*state["window"])
         restore_rng(state["rng"], self.generator, self.rank, self.world)
@@ -100,14 +105,13 @@ class Trainer:
         try:
             with stop_requests() as self.stop:
                 stopped = self._train_epochs()
-                self.report.bar.close()
+                self.report.close_bar()
                 if self.last_valid.get("step") != self.progress.step:
                     self.last_valid = self.validate()
                 self._average()
         except KeyboardInterrupt:
-            self.report.bar.close()
-            last = self.run_dir / CHECKPOINTS / LAST
-            raise Interrupted.twice(self.progress.step, self.run_dir, last) from None
+            self.report.close_bar()
+            raise Interrupted.twice(self.progress.step, self.run_dir, self.last) from None
         self.progress.finished = stopped
         self.save(LAST)
         result = self._result(stopped)
@@ -153,7 +157,7 @@ class Trainer:
         p.batch_in_epoch += len(groups)
         schedule.on_step(p.step, self.budget.share(self.spent()[0]) if schedule.uses_budget else 0.0)
         self.window.add(nll, tokens)
-        self.report.bar.update()
+        self.report.step_done()
         if p.step % self.cfg.train.log_every == 0:
             self._log_window()
             if self.keeper.due(self.cfg.train.save_every_minutes):  # the window is empty here
@@ -162,9 +166,8 @@ class Trainer:
     def train_step(self, groups: list[list[int]]) -> tuple[float, int]:
         """One optimiser step over `groups` of training pairs (several = gradient accumulation);
         this process's summed NLL and target tokens."""
-        last_good = self.run_dir / CHECKPOINTS / LAST
         batches = self.epochs.batches(groups)
-        nll, tokens, taken = self.learner.step(batches, self.progress.step, self.generator, last_good)
+        nll, tokens, taken = self.learner.step(batches, self.progress.step, self.generator, self.last)
         self.progress.skipped_steps += not taken
         return nll, tokens
 
@@ -209,7 +212,7 @@ class Trainer:
             drop_prepacked()  # the next step changes every weight: their packed copies are stale
             self.report.hypotheses(translations, p.step)
             value = scores[f"valid_{self.cfg.train.metric}"]
-            improved = p.improves(value, HIGHER_IS_BETTER[self.cfg.train.metric])
+            improved = p.improves(value, self.higher_is_better)
         value, improved = distributed.broadcast_from_rank0((value, improved))
         p.add_validation(value, improved)
         self.learner.schedule.on_validation(improved)
@@ -235,7 +238,7 @@ class Trainer:
             return
         current = {k: v.clone() for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(averaged)
-        scores, _ = self.evaluate_model()
+        scores, _ = self.evaluate_model(attention=bool(self.report.trackers))
         self._write_checkpoint("averaged.pt", [rng_state(self.generator)])
         self.model.load_state_dict(current)
         self.report.record({"step": self.progress.step, **{f"{k}_averaged": v for k, v in scores.items()}})
@@ -258,7 +261,7 @@ class Trainer:
     def _stop_if_asked(self) -> None:
         """At a step boundary: save and stop if a signal asked for it (on every process at once)."""
         if distributed.any_true(self.stop.signum is not None, self.device):
-            self.report.bar.close()
+            self.report.close_bar()
             self.save(LAST)
             stop = Interrupted.saved(self.stop, self.progress.step, self.run_dir)
             self.report.log(str(stop), show=False)

@@ -39,7 +39,7 @@ class Validator:
         device: torch.device,
         precision: Precision,
     ):
-        self.cfg, self.tok, self.corpus, self.pairs = cfg, tok, corpus, pairs
+        self.cfg, self.tok, self.corpus = cfg, tok, corpus
         self.translated = valid_sample(pairs, cfg.train.valid_subset, cfg.train.seed)
         self.device, self.precision = device, precision
 

@@ -66,24 +66,3 @@ def test_an_optimiser_state_with_decay_resumes_into_the_same_two_groups():
     resumed.load_state_dict(saved)
     decays = [group["weight_decay"] for group in resumed.param_groups]
     assert decays == [0.01, 0.0] and resumed.state_dict()["state"].keys() == saved["state"].keys()
-
-
-def test_a_state_of_one_group_meeting_two_is_refused_in_one_line(tmp_path):
-    """A run that trained with decay before biases were spared cannot resume into two groups."""
-    from nmt.config import Config, DataConfig
-    from nmt.errors import NMTError
-    from nmt.train.learner import Learner
-    from nmt.train.precision import Precision
-
-    cpu = torch.device("cpu")
-    cfg = Config(data=DataConfig(src_lang="de", tgt_lang="en"), model=model_config())
-    cfg.train.weight_decay = 0.1
-    learner = Learner(cfg, (V, V), cpu, Precision(cpu))
-    old = torch.optim.Adam(learner.model.parameters(), weight_decay=0.1)  # one group, as before
-    state = {"model": learner.model.state_dict(), "optimizer": old.state_dict()} | {
-        k: v for k, v in learner.state().items() if k != "optimizer"
-    }
-    with pytest.raises(
-        NMTError, match=r"last.pt: its optimiser has 1 parameter group\(s\), this run's has 2"
-    ):
-        learner.restore(state, tmp_path / "last.pt")

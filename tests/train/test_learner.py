@@ -1,0 +1,26 @@
+"""The learner: its optimiser state in and out of a checkpoint."""
+
+import pytest
+import torch
+
+from nmt.config import Config, DataConfig
+from nmt.errors import NMTError
+from nmt.train.learner import Learner
+from nmt.train.precision import Precision
+from tests.model.test_seq2seq import V, model_config
+
+
+def test_a_state_of_one_group_meeting_two_is_refused_in_one_line(tmp_path):
+    """A run that trained with decay before biases were spared cannot resume into two groups."""
+    cpu = torch.device("cpu")
+    cfg = Config(data=DataConfig(src_lang="de", tgt_lang="en"), model=model_config())
+    cfg.train.weight_decay = 0.1
+    learner = Learner(cfg, (V, V), cpu, Precision(cpu))
+    old = torch.optim.Adam(learner.model.parameters(), weight_decay=0.1)  # one group, as before
+    state = {"model": learner.model.state_dict(), "optimizer": old.state_dict()} | {
+        k: v for k, v in learner.state().items() if k != "optimizer"
+    }
+    with pytest.raises(
+        NMTError, match=r"last.pt: its optimiser has 1 parameter group\(s\), this run's has 2"
+    ):
+        learner.restore(state, tmp_path / "last.pt")
