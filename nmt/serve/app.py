@@ -67,10 +67,10 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
 
     async def translate(request: Request) -> Response:
         try:
-            body = await read_body(request, limits.max_body_bytes)
+            body = await read_body(request, limits.max_body_bytes, limits.timeout_s)
             req = parse_translate(body, limits, default_beams)
-        except RequestError as e:
-            return error(e.status, str(e))
+        except RequestError as e:  # after a 408 the rest of the body may still come: not a request
+            return error(e.status, str(e), {"Connection": "close"} if e.status == 408 else None)
         request.state.sentences = len(req.sentences)
         if not req.sentences:
             return JSONResponse({"model": req.settings.model, "translations": []})
@@ -101,24 +101,30 @@ def build_app(translators: dict[str, Translator], limits: Limits, batcher: Batch
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
+    # /translate/ is an unknown path (404), not a redirect built from the client's Host header.
+    app.router.redirect_slashes = False
     app.add_middleware(RequestLog)
     return app
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The request's body, refused (413) past `max_bytes` as soon as that shows."""
+async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The request's body, refused (413) past `max_bytes` as soon as that shows, and (408) when
+    it has not all come within `timeout_s`: a client that stops sending holds no handler."""
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > max_bytes:
         raise RequestError(413, f"the request body is {length} bytes, at most {max_bytes}")
-    body = b""
+    body = bytearray()  # not bytes: += on bytes copies the whole body for every chunk
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_bytes:
-                raise RequestError(413, f"the request body is over {max_bytes} bytes")
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise RequestError(413, f"the request body is over {max_bytes} bytes")
     except ClientDisconnect:
         raise RequestError(400, "the client disconnected before sending the whole body") from None
-    return body
+    except TimeoutError:
+        raise RequestError(408, f"the request body did not arrive within {timeout_s:g} s") from None
+    return bytes(body)
 
 
 async def translations(req: TranslateRequest, batcher: Batcher, timeout_s: float) -> Response:

@@ -178,9 +178,16 @@ class Batcher:
     def _job_sources(
         job: Job, translator: Translator, admitted: list[Job], encoded: dict
     ) -> Iterator[Source]:
-        """The job's sentences as sources of the pool; empty ones are answered at once."""
+        """The job's sentences as sources of the pool; empty ones are answered at once. A job
+        whose text the tokenizer refuses gets that error alone: the pool goes on without it."""
+        try:
+            ids, truncated = translator.encode_sources(job.sentences)
+        except Exception as e:
+            if not isinstance(e, NMTError):  # requests.py lets through only text it can take
+                log.exception("encoding a request failed")
+            job.deliver(e)
+            return
         admitted.append(job)
-        ids, truncated = translator.encode_sources(job.sentences)
         lines = [i for i, line in enumerate(job.sentences) if line.strip()]
         job.results = [None if line.strip() else Translation([], [], [], [""]) for line in job.sentences]
         for i in lines:

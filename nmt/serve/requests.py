@@ -1,10 +1,15 @@
 """The HTTP contract of `POST /translate`: a request body checked field by field, and
-translations as JSON. Every problem is a `RequestError` with the status and one message that
-names the field, so no input reaches the model unchecked."""
+translations as JSON. Every problem is a `RequestError` with a 4xx status and one message that
+names the field, so no input reaches the model unchecked: the body must be UTF-8 JSON, nested
+no deeper than a request can be, without NaN, huge integers or duplicated fields, and each
+sentence one line of Unicode text (no lone surrogates, no control characters but tab)."""
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,12 +26,13 @@ class Limits:
     max_beam: int = 16
     max_nbest: int = 16
     max_len: int = 512  # the largest `max_len` a request may set
-    timeout_s: float = 30.0  # a request waiting longer is answered 504
+    timeout_s: float = 30.0  # a body arriving longer is answered 408, an answer waiting longer 504
 
     @property
     def max_body_bytes(self) -> int:
-        """A generous bound on a body within the limits (UTF-8, JSON escapes), read before parsing."""
-        return self.max_sentences * (self.max_chars * 6 + 8) + 4096
+        """A generous bound on a body within the limits, read before parsing: 12 bytes a
+        character is an emoji as json.dumps writes it (a surrogate pair of escapes)."""
+        return self.max_sentences * (self.max_chars * 12 + 8) + 4096
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,17 +52,17 @@ class TranslateRequest:
 
 
 FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention")
+MAX_DEPTH = 8  # arrays and objects inside one another; a request needs 2 ({"texts": [...]})
+MAX_DIGITS = 20  # digits of an integer literal: more fit no field (Python refuses over 4300)
+# What a sentence may not hold: lone surrogates (not Unicode text, and SentencePiece cannot
+# encode them) and control characters other than tab (line breaks have their own message).
+NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) -> TranslateRequest:
     """The checked request; `default_beams` maps each model served to its configured beam, and
     the first model is the default."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"the request body is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, 'the request body must be a JSON object, e.g. {"text": "..."}')
+    data = _json_object(body)
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise RequestError(422, f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
@@ -76,32 +82,98 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
     return TranslateRequest(sentences, Settings(model, beam, nbest, max_len), attention)
 
 
+def _json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object: strict UTF-8 (a leading byte order mark ignored, as RFC 8259
+    allows); NaN, Infinity, huge integers and duplicated fields refused while parsing, deep
+    nesting when json.loads recurses too far (RecursionError) or, below that, after it."""
+    body = body.removeprefix(codecs.BOM_UTF8)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"byte 0x{body[e.start]:02x} at {e.start}: {e.reason}"
+        raise RequestError(400, f"the request body is not valid JSON: it is not UTF-8 ({where})") from None
+    too_deep = RequestError(400, f"the request body nests arrays and objects more than {MAX_DEPTH} deep")
+    try:
+        data = json.loads(
+            text, parse_int=_integer_literal, parse_constant=_not_a_number, object_pairs_hook=_unique_fields
+        )
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"the request body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise too_deep from None
+    if _deeper_than(data, MAX_DEPTH):
+        raise too_deep
+    if not isinstance(data, dict):
+        raise RequestError(400, 'the request body must be a JSON object, e.g. {"text": "..."}')
+    return data
+
+
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether the JSON `value` holds more than `most` levels of arrays and objects, measured a
+    level at a time (no recursion, so any depth is safe)."""
+    level, depth = [value], 0
+    while containers := [v for v in level if isinstance(v, list | dict)]:
+        depth += 1
+        if depth > most:
+            return True
+        level = [item for c in containers for item in (c.values() if isinstance(c, dict) else c)]
+    return False
+
+
+def _integer_literal(literal: str) -> int:
+    """An integer of the body, refused before int() spends time on a long one (or refuses it)."""
+    digits = len(literal.lstrip("-"))
+    if digits > MAX_DIGITS:
+        raise RequestError(422, f"an integer of {digits} digits: no field takes one over {MAX_DIGITS} digits")
+    return int(literal)
+
+
+def _not_a_number(name: str) -> float:
+    raise RequestError(400, f"the request body is not valid JSON ({name} is not a JSON number)")
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a name repeats (parsers disagree on which value wins)."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        twice = next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+        raise RequestError(422, f"duplicate field {twice!r}")
+    return data
+
+
 def _sentences(data: dict[str, Any], limits: Limits) -> list[str]:
+    """The sentences of `text` or `texts`, each checked (`_check_sentence`)."""
     if ("text" in data) == ("texts" in data):
         raise RequestError(422, 'give exactly one of "text" (a string) or "texts" (a list of strings)')
     if "text" in data:
         if not isinstance(data["text"], str):
             raise RequestError(422, "text: must be a string")
-        sentences, name = [data["text"]], "text"
-    else:
-        if not isinstance(data["texts"], list):
-            raise RequestError(422, "texts: must be a list of strings")
-        sentences, name = data["texts"], "texts"
-        for i, s in enumerate(sentences):
-            if not isinstance(s, str):
-                raise RequestError(422, f"texts[{i}]: must be a string, got {type(s).__name__}")
+        _check_sentence("text", data["text"], limits)
+        return [data["text"]]
+    sentences = data["texts"]
+    if not isinstance(sentences, list):
+        raise RequestError(422, "texts: must be a list of strings")
     if len(sentences) > limits.max_sentences:
         raise RequestError(
             413, f"texts: {len(sentences)} sentences, at most {limits.max_sentences} per request"
         )
     for i, s in enumerate(sentences):
-        if len(s) > limits.max_chars:
-            where = name if name == "text" else f"texts[{i}]"
-            raise RequestError(413, f"{where}: {len(s)} characters, at most {limits.max_chars} per sentence")
-        if "\n" in s or "\r" in s:
-            where = name if name == "text" else f"texts[{i}]"
-            raise RequestError(422, f"{where}: one sentence per string (it contains a line break)")
+        if not isinstance(s, str):
+            raise RequestError(422, f"texts[{i}]: must be a string, got {type(s).__name__}")
+        _check_sentence(f"texts[{i}]", s, limits)
     return sentences
+
+
+def _check_sentence(where: str, s: str, limits: Limits) -> None:
+    """One sentence: at most `max_chars` characters of one line of Unicode text."""
+    if len(s) > limits.max_chars:
+        raise RequestError(413, f"{where}: {len(s)} characters, at most {limits.max_chars} per sentence")
+    if "\n" in s or "\r" in s:
+        raise RequestError(422, f"{where}: one sentence per string (it contains a line break)")
+    if found := NOT_TEXT.search(s):
+        code = ord(found.group())
+        what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "the control character"
+        raise RequestError(422, f"{where}: {what} (U+{code:04X}) at character {found.start()}, not text")
 
 
 def _integer(data: dict[str, Any], key: str, most: int, default: int | None) -> int | None:

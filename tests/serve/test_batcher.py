@@ -60,3 +60,24 @@ def test_close_answers_what_is_queued(translator, lines):
         return await asyncio.gather(*futures)
 
     assert [t[0].text for t in asyncio.run(main())] == [t.text for t in translator.translate(lines[:10])]
+
+
+def test_a_job_the_tokenizer_refuses_fails_alone(translator, lines):
+    # A lone surrogate (parse_translate refuses it; here it reaches the batcher) made SentencePiece
+    # raise inside the pool, and every job decoded with it was answered 500.
+    batcher = Batcher({"toy": translator}, max_batch=8, max_wait_ms=200)  # the three share a pool
+    batcher.start()
+    settings = Settings("toy", 1, 1, None)
+
+    async def main():
+        futures = [
+            batcher.submit(settings, sentences)[1] for sentences in (lines[:2], ["\ud800"], lines[2:4])
+        ]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    try:
+        first, bad, last = asyncio.run(main())
+    finally:
+        batcher.close()
+    assert isinstance(bad, TypeError)
+    assert [t.text for t in first + last] == [t.text for t in translator.translate(lines[:4])]

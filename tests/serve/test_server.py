@@ -6,6 +6,7 @@ JSON object; a full queue, a timeout and a stop by signal behave as documented.
 
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +25,6 @@ import pytest
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from tests.test_end_to_end import train_toy
 
 runner = CliRunner()
 
@@ -62,11 +63,15 @@ def wait_for_log(log: Path, pattern: str, process: subprocess.Popen, seconds: fl
 
 
 @contextlib.contextmanager
-def running_server(model: Path, log: Path, *options: str):
-    """A server subprocess on a free port; stopped (and reaped) at the end whatever happens."""
+def running_server(model: Path, log: Path, *options: str, env: dict[str, str] | None = None):
+    """A server subprocess on a free port (`env`: more environment variables); stopped (and
+    reaped) at the end whatever happens."""
     command = [sys.executable, "-m", "nmt", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
+    environment = {**os.environ, **(env or {})}
     with open(log, "w") as err:
-        process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=err)
+        process = subprocess.Popen(
+            [*command, *options], stdout=subprocess.DEVNULL, stderr=err, env=environment
+        )
     try:
         found = wait_for_log(log, r"on (http://\S+) ", process, seconds=120)
         yield Server(process, found.group(1), log)
@@ -78,13 +83,6 @@ def running_server(model: Path, log: Path, *options: str):
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-@pytest.fixture(scope="module")
-def model(toy_dir, tmp_path_factory):
-    return train_toy(
-        toy_dir, tmp_path_factory.mktemp("serve") / "run", "train.max_steps=40", "data.max_len=12"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +162,22 @@ def test_attention_comes_by_word_when_asked(server):
         ({"texts": ["a"] * 9}, 413, "9 sentences, at most 8"),
         ({"text": "a" * 201}, 413, "text: 201 characters, at most 200"),
         (b"x" * 200_000, 413, "request body"),
+        # Each of these answered 500 before (issue 42): RecursionError, ValueError, TypeError.
+        (b"[" * 5000 + b"]" * 5000, 400, "nests arrays and objects more than 8 deep"),
+        (b'{"text": "a", "beam": ' + b"9" * 5000 + b"}", 422, "an integer of 5000 digits"),
+        ({"text": "\ud800"}, 422, "text: a lone surrogate (U+D800) at character 0"),
+        ({"texts": ["5.6.1990", "7.8.1991 \udc00"]}, 422, "texts[1]: a lone surrogate (U+DC00)"),
+        # What else a hostile client sends: each refused with its reason.
+        ({"text": "a\x00b"}, 422, "text: the control character (U+0000) at character 1"),
+        (b'{"text": "a", "text": "b"}', 422, "duplicate field 'text'"),
+        (b'{"text": "a", "beam": NaN}', 400, "NaN is not a JSON number"),
+        (b'{"text": "a", "beam": 1e400}', 422, "beam: must be an integer"),
+        (b'{"text": "a", "nbest": 2.0}', 422, "nbest: must be an integer"),
+        ({"text": "a", "max_len": True}, 422, "max_len: must be an integer"),
+        ('{"text": "a"}'.encode("utf-16"), 400, "not UTF-8 (byte 0xff at 0"),
+        ({"texts": ["a"] * 5000}, 413, "the request body is 25011 bytes"),
+        ({"texts": [""] * 2000}, 413, "texts: 2000 sentences, at most 8"),
+        ({"text": "a", **{f"field{i}": i for i in range(1000)}}, 422, "unknown field 'field0'"),
     ],
 )
 def test_bad_requests_get_one_json_error(server, body, status, fragment):
@@ -171,9 +185,34 @@ def test_bad_requests_get_one_json_error(server, body, status, fragment):
     assert got == status and list(answer) == ["error"] and fragment in answer["error"]
 
 
+def test_odd_but_harmless_requests_are_translated(server):
+    body = {"texts": ["", " \t ", "x" * 200, "\U0001f600" * 50, "\u202e5.6.1990\u200b"]}
+    status, _, answer = server.post(body)
+    assert status == 200 and len(answer["translations"]) == 5
+    assert answer["translations"][0]["text"] == answer["translations"][1]["text"] == ""  # empty, blank
+    assert server.post(b'\xef\xbb\xbf{"text": "5.6.1990"}')[0] == 200  # a byte order mark, RFC 8259 allows
+
+
+def test_a_body_that_never_ends_is_answered_408(model, tmp_path):
+    with running_server(model, tmp_path / "slow-body.log", "--timeout", "0.5") as slow:
+        address = urllib.parse.urlsplit(slow.url)
+        with socket.create_connection((address.hostname, address.port), timeout=4) as sock:
+            sock.sendall(b'POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"text": ')
+            answer = b""  # and nothing more: the body never ends
+            while chunk := sock.recv(65536):  # until the server closes (before uvicorn's 5-s keep-alive)
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower()
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {
+            "error": "the request body did not arrive within 0.5 s"
+        }
+        assert slow.post({"text": "5.6.1990"})[0] == 200
+
+
 def test_unknown_routes_and_methods_are_json_errors_too(server):
     assert server.get("/nope")[:3:2] == (404, {"error": "GET /nope: Not Found"})
     assert server.get("/translate")[:3:2] == (405, {"error": "GET /translate: Method Not Allowed"})
+    # Not a redirect to a URL made from the client's Host header.
+    assert server.post({"text": "a"}, "/translate/")[:3:2] == (404, {"error": "POST /translate/: Not Found"})
 
 
 def test_health_info_page_and_log_lines(server):

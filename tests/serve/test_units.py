@@ -49,12 +49,48 @@ def test_defaults_come_from_the_first_model():
         ({"text": "a", "attention": "yes"}, 422, "attention: must be true or false"),
         ({"text": "a", "model": 1}, 422, "model: must be a string"),
         ({"text": "a", "model": "third"}, 422, "no model named 'third' (served: first, second)"),
+        # Each of these answered 500 before (issue 42): RecursionError, ValueError, TypeError.
+        (b"[" * 5000 + b"]" * 5000, 400, "nests arrays and objects more than 8 deep"),
+        (b'{"text": "a", "beam": ' + b"[" * 900 + b"]" * 900 + b"}", 400, "more than 8 deep"),
+        (b'{"text": "a", "beam": ' + b"9" * 5000 + b"}", 422, "an integer of 5000 digits"),
+        (b"-" + b"9" * 4301, 422, "an integer of 4301 digits"),
+        ({"text": "\ud800"}, 422, "text: a lone surrogate (U+D800) at character 0"),
+        ({"texts": ["a", "b \udfff"]}, 422, "texts[1]: a lone surrogate (U+DFFF) at character 2"),
+        # Refused now, taken before: not JSON, not text, or ambiguous.
+        (b'{"text": "a", "beam": NaN}', 400, "NaN is not a JSON number"),
+        (b'{"text": "a", "max_len": -Infinity}', 400, "-Infinity is not a JSON number"),
+        ({"text": "a\x00b"}, 422, "text: the control character (U+0000) at character 1"),
+        ({"texts": ["\x1b[31m"]}, 422, "texts[0]: the control character (U+001B) at character 0"),
+        (b'{"text": "a", "text": "b"}', 422, "duplicate field 'text'"),
+        ('{"text": "a"}'.encode("utf-16"), 400, "not UTF-8 (byte 0xff at 0"),
+        (b'{"text": "\xed\xa0\x80"}', 400, "not UTF-8 (byte 0xed at 10"),
     ],
 )
 def test_each_bad_request_names_its_problem(body, status, fragment):
     with pytest.raises(RequestError) as caught:
         parse(body)
     assert caught.value.status == status and fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "body,sentences",
+    [
+        (b'\xef\xbb\xbf{"text": "a"}', ["a"]),  # a UTF-8 byte order mark, which RFC 8259 lets a parser ignore
+        ({"texts": ["", " ", "\t\u3000"]}, ["", " ", "\t\u3000"]),  # empty and blank: answered ""
+        ({"text": "a\tb\u2028c"}, ["a\tb\u2028c"]),  # tab and Unicode separators: whitespace
+        ({"text": "x" * 10}, ["x" * 10]),  # one long token
+    ],
+)
+def test_odd_but_harmless_text_is_taken(body, sentences):
+    assert parse(body).sentences == sentences
+
+
+def test_the_largest_request_within_the_limits_fits_the_body_limit():
+    # json.dumps writes an emoji as a 12-byte surrogate pair escape: 1 character of the limit.
+    limits = Limits()
+    body = json.dumps({"texts": ["\U0001f600" * limits.max_chars] * limits.max_sentences}).encode()
+    assert len(body) <= limits.max_body_bytes
+    assert len(parse_translate(body, limits, DEFAULT_BEAMS).sentences) == limits.max_sentences
 
 
 def test_models_are_named_after_their_run_directory_or_explicitly():
