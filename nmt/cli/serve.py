@@ -36,7 +36,12 @@ def serve(
     max_sentences: Annotated[int, typer.Option(min=1, metavar="INT", help="Sentences per request.")] = 64,
     max_chars: Annotated[int, typer.Option(min=1, metavar="INT", help="Characters per sentence.")] = 1000,
     timeout: Annotated[
-        float, typer.Option(min=0.001, metavar="SECONDS", help="Answer 504 after waiting this long.")
+        float,
+        typer.Option(
+            min=0.001,
+            metavar="SECONDS",
+            help="Answer 408 when a request's body, or 504 when its translation, takes longer than this.",
+        ),
     ] = 30.0,
     device: DeviceOption = "auto",
 ) -> None:
