@@ -17,7 +17,7 @@ from typer import _click as click  # typer >= 0.29 vendors click
 from typer.core import TyperArgument, TyperGroup
 
 from nmt.errors import NMTError
-from nmt.fileio import describe_os_error
+from nmt.fileio import describe_os_error, os_error_in
 
 
 def _argument_type(self: TyperArgument, ctx) -> str | None:
@@ -134,7 +134,9 @@ def output_option(help: str) -> typer.models.OptionInfo:
 def user_errors(command):
     """Turn what a user can cause or meet into one line on stderr and exit code 2: an NMTError,
     or an OS error at the boundary (permission denied, a full disk, a folder where a file was
-    expected), named by its path. Anything else is a bug and keeps its traceback."""
+    expected), named by its path, also when a library wrapped it in an error of its own (torch's
+    writer raises a RuntimeError while handling the EFBIG or ENOSPC of its file). Anything else
+    is a bug and keeps its traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -144,6 +146,11 @@ def user_errors(command):
             message = str(e)
         except OSError as e:
             message = describe_os_error(e)
+        except Exception as e:
+            wrapped = None if isinstance(e, typer.Exit | typer.Abort) else os_error_in(e)
+            if wrapped is None:
+                raise
+            message = describe_os_error(wrapped)
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code=2)
 
