@@ -4,23 +4,29 @@ Held-out splits are small and live in memory (`save`/`load` as .npz). The traini
 hold millions of pairs, so it is written a chunk at a time (`CorpusWriter`) into flat files and
 read back memory-mapped (`EncodedCorpus.open`): training touches only the pairs of its batches,
 and `release` hands those pages back, so the process holds the index (a few bytes a pair), not
-the corpus.
+the corpus. The writer keeps each file's size and CRC-32 as it goes (`CorpusWriter.layout`), so
+the cache can check the files before it trusts them; a mapped file cut short under a running
+process would kill it with SIGBUS at the next read, so `check_mapped` looks first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import mmap
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from nmt.errors import NMTError
 from nmt.fileio import atomic_write
 
 SIDES = ("src", "tgt")
+PARTS = ("tokens", "offsets", "lengths")
 
 
 def _smallest(dtype_limit: int) -> np.dtype:
@@ -33,7 +39,7 @@ class Side:
     tokens: np.ndarray  # (N_tokens,) all sentences back to back (int32, or uint16/uint32 on disk)
     offsets: np.ndarray  # (N + 1,) int64, sentence i is tokens[offsets[i]:offsets[i + 1]]
     stored_lengths: np.ndarray | None = None  # (N,) written beside the tokens; else np.diff(offsets)
-    maps: list[mmap.mmap] = field(default_factory=list, repr=False)  # when memory-mapped
+    maps: dict[Path, mmap.mmap] = field(default_factory=dict, repr=False)  # file -> its map, when mapped
 
     @classmethod
     def from_lists(cls, rows: list[list[int]]) -> Side:
@@ -71,8 +77,21 @@ class Side:
 
     def release(self) -> None:
         """Drop the mapped pages read so far from this process (they stay in the page cache)."""
-        for m in self.maps:
+        for m in self.maps.values():
             m.madvise(mmap.MADV_DONTNEED)
+
+    def check_mapped(self) -> None:
+        """Before reading: every mapped file still holds all the bytes mapped. A page past the
+        end of a file cut short (by another program, a user, a full disk's repair) kills the
+        process with SIGBUS, which Python cannot catch; one fstat a file (a few microseconds)
+        turns that into one line."""
+        for path, m in self.maps.items():
+            if (size := m.size()) < len(m):
+                raise NMTError(
+                    f"{path}: the training data was cut short while training ({size} of {len(m)} "
+                    "bytes left); nmt train --resume rebuilds the data cache and goes on from the "
+                    "last checkpoint"
+                )
 
 
 @dataclass
@@ -96,6 +115,10 @@ class EncodedCorpus:
         self.src.release()
         self.tgt.release()
 
+    def check_mapped(self) -> None:
+        self.src.check_mapped()
+        self.tgt.check_mapped()
+
     def save(self, path: Path) -> None:
         buffer = io.BytesIO()
         np.savez(
@@ -118,7 +141,7 @@ class EncodedCorpus:
         bytes a sentence, for batching) are read into memory. `layout` is `CorpusWriter.layout`."""
         sides = []
         for side in SIDES:
-            maps: list[mmap.mmap] = []
+            maps: dict[Path, mmap.mmap] = {}
             tokens = _mapped(directory / f"{side}.tokens", layout["token_dtype"], maps)
             offsets = _mapped(directory / f"{side}.offsets", "int64", maps)
             lengths = np.fromfile(directory / f"{side}.lengths", dtype=layout["length_dtype"])
@@ -132,13 +155,49 @@ class EncodedCorpus:
         return cls(*sides)
 
 
-def _mapped(path: Path, dtype: str, maps: list[mmap.mmap]) -> np.ndarray:
+def _mapped(path: Path, dtype: str, maps: dict[Path, mmap.mmap]) -> np.ndarray:
     if path.stat().st_size == 0:  # mmap refuses an empty file
         return np.empty(0, dtype=dtype)
     with open(path, "rb") as f:
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    maps.append(m)
+    maps[path] = m
     return np.frombuffer(m, dtype=dtype)
+
+
+class ChecksummedFile:
+    """A file written front to back whose size and CRC-32 are kept as it goes, so checksums of
+    a cache cost no second read; an OS error (a full disk) names the file."""
+
+    def __init__(self, path: Path):
+        self.path, self.bytes, self.crc = Path(path), 0, 0
+        self.file = open(self.path, "wb")  # noqa: SIM115  (closed by `close`)
+
+    def write(self, array: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        try:
+            self.file.write(data)
+        except OSError as e:  # numpy's tofile said only "119918 requested and 26624 written"
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
+        self.bytes += len(data)
+        self.crc = zlib.crc32(data, self.crc)
+
+    def close(self, sync: bool) -> None:
+        """Close; with `sync`, flushed to the disk first (so that a crash later cannot leave the
+        file half-written)."""
+        try:
+            if sync:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
+        finally:
+            with contextlib.suppress(OSError):  # the flush above already said what went wrong
+                self.file.close()
+
+    @property
+    def entry(self) -> dict:
+        """As `nmt.fileio.file_entry(path, "crc32")` would compute it from the file."""
+        return {"bytes": self.bytes, "crc32": f"{self.crc:08x}"}
 
 
 class CorpusWriter:
@@ -148,21 +207,19 @@ class CorpusWriter:
     def __init__(self, directory: Path, vocab_size: int, max_len: int):
         self.directory = Path(directory)
         self.token_dtype, self.length_dtype = _smallest(vocab_size), _smallest(max_len + 1)
-        self.files = {  # closed by `close`
-            (side, part): open(self.directory / f"{side}.{part}", "wb")  # noqa: SIM115
-            for side in SIDES
-            for part in ("tokens", "offsets", "lengths")
-        }
+        self.files: dict[tuple[str, str], ChecksummedFile] = {}
+        for side, part in itertools.product(SIDES, PARTS):
+            self.files[side, part] = ChecksummedFile(self.directory / f"{side}.{part}")
         self.pairs = 0
         self.ends = {side: 0 for side in SIDES}  # tokens written so far
         for side in SIDES:
-            np.zeros(1, dtype=np.int64).tofile(self.files[side, "offsets"])
+            self.files[side, "offsets"].write(np.zeros(1, dtype=np.int64))
 
     def append(self, chunk: EncodedCorpus) -> None:
         for side, data in zip(SIDES, (chunk.src, chunk.tgt), strict=True):
-            data.tokens.astype(self.token_dtype).tofile(self.files[side, "tokens"])
-            (data.offsets[1:] + self.ends[side]).tofile(self.files[side, "offsets"])
-            data.lengths.astype(self.length_dtype).tofile(self.files[side, "lengths"])
+            self.files[side, "tokens"].write(data.tokens.astype(self.token_dtype))
+            self.files[side, "offsets"].write(data.offsets[1:] + self.ends[side])
+            self.files[side, "lengths"].write(data.lengths.astype(self.length_dtype))
             self.ends[side] += int(data.offsets[-1])
         self.pairs += len(chunk)
 
@@ -170,18 +227,16 @@ class CorpusWriter:
         return self
 
     def __exit__(self, error_type, *_) -> None:
-        """Close the files; after a clean run, synced to the disk first (so that a crash later
-        cannot leave one half-written)."""
+        """Close the files; after a clean run, synced to the disk first."""
         for f in self.files.values():
-            if error_type is None:
-                f.flush()
-                os.fsync(f.fileno())
-            f.close()
+            f.close(sync=error_type is None)
 
     @property
     def layout(self) -> dict:
+        """What `EncodedCorpus.open` needs, and each file's size and CRC-32 (`files`)."""
         return {
             "pairs": self.pairs,
             "token_dtype": self.token_dtype.name,
             "length_dtype": self.length_dtype.name,
+            "files": {f.path.name: f.entry for f in self.files.values()},
         }

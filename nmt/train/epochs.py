@@ -70,7 +70,9 @@ class Epochs:
         return plan
 
     def batches(self, groups: list[list[int]]) -> list[Batch]:
-        """`groups` of training pairs as batches on the device."""
+        """`groups` of training pairs as batches on the device; the mapped cache files are
+        checked first (a file cut short would kill the process with SIGBUS at the read)."""
+        self.corpus.check_mapped()
         return [collate(self.corpus, group).to(self.device) for group in groups]
 
     def release(self) -> None:
