@@ -112,13 +112,19 @@ class TokenizerPair:
         """The tokenizers `save` wrote into `directory`."""
         directory = Path(directory)
         if (directory / JOINT_FILE).is_file():
-            joint = (directory / JOINT_FILE).read_bytes()
-            return cls.from_state({"src": joint, "tgt": joint})
+            joint = _model_file(directory / JOINT_FILE)
+            return cls(joint, joint)
         missing = [n for n in (SRC_FILE, TGT_FILE) if not (directory / n).is_file()]
         if missing:
             raise NMTError(
                 f"{directory}: no SentencePiece model ({JOINT_FILE}, or {SRC_FILE} and {TGT_FILE})"
             )
-        return cls.from_state(
-            {"src": (directory / SRC_FILE).read_bytes(), "tgt": (directory / TGT_FILE).read_bytes()}
-        )
+        return cls(_model_file(directory / SRC_FILE), _model_file(directory / TGT_FILE))
+
+
+def _model_file(path: Path) -> Tokenizer:
+    """The SentencePiece model in `path`; a file that is not one is one line naming it."""
+    try:
+        return Tokenizer(path.read_bytes())
+    except RuntimeError:  # SentencePiece: "Internal: ... ParseFromArray(...)"
+        raise NMTError(f"{path}: not a SentencePiece model (damaged?); get the model again") from None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import average_checkpoints, read_checkpoint
+from nmt.checkpoint import TRANSLATING, average_checkpoints, read_checkpoint
 from nmt.errors import NMTError
 from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
@@ -55,23 +55,25 @@ class CheckpointKeeper:
                 path.unlink()
 
     def repair_best(self, validations: list[tuple[int, float]]) -> str:
-        """A best.pt that is missing or unreadable (a crash or a full disk while writing it) is
-        rebuilt from the best validation's snapshot if one was kept, else from last.pt; returns
-        a note saying so ('' when best.pt is whole or no validation has run)."""
-        best = self.directory / BEST
+        """A best.pt that is missing, unreadable or damaged (a crash or a full disk while writing
+        it) is rebuilt from the best validation's snapshot if one was kept, else from last.pt;
+        one that is whole but older than the best validation (a full disk stopped its copy from
+        last.pt) is brought up to date when a file of that step exists. Returns a note saying
+        so ('' when best.pt is current or no validation has run)."""
         if not validations:
             return ""
-        try:
-            read_checkpoint(best)
+        best, best_step = self.directory / BEST, max(validations, key=lambda sv: self.sign * sv[1])[0]
+        whole, step = _saved_at(best)
+        if whole and step in (best_step, None):  # None: a checkpoint that does not say
             return ""
-        except NMTError:
-            pass
-        best_step = max(validations, key=lambda sv: self.sign * sv[1])[0]
-        source = self.snapshot(best_step)
-        if not source.is_file():
-            source = self.directory / LAST
+        sources = {path: _saved_at(path) for path in (self.snapshot(best_step), self.directory / LAST)}
+        source = next((path for path, (_, at) in sources.items() if at == best_step), None)
+        if source is None and whole:
+            return ""  # the best weights are gone: keep the older best
+        source = source or next((path for path, (ok, _) in sources.items() if ok), self.directory / LAST)
         atomic_copy(source, best)
-        return f"{best} was missing or damaged; rebuilt it from {source.name}"
+        state = "older than the best validation" if whole else "missing or damaged"
+        return f"{best} was {state}; rebuilt it from {source.name}"
 
     def average(self, validations: list[tuple[int, float]]) -> dict[str, torch.Tensor] | None:
         """Mean weights of the last `average_last` validation snapshots (None if fewer than 2)."""
@@ -79,6 +81,16 @@ class CheckpointKeeper:
         if self.average_last < 2 or len(steps) < 2:
             return None
         return average_checkpoints([self.snapshot(step) for step in steps])["model"]
+
+
+def _saved_at(path: Path) -> tuple[bool, int | None]:
+    """Whether `path` is a whole checkpoint, and the step it was saved at (None if unknown)."""
+    try:
+        state = read_checkpoint(path, mmap=True, entries=TRANSLATING)
+    except NMTError:
+        return False, None
+    progress = state.get("progress")
+    return True, progress.get("step") if isinstance(progress, dict) else None
 
 
 def rng_state(generator: torch.Generator) -> dict[str, object]:

@@ -2,7 +2,7 @@
 
 import torch
 
-from nmt.checkpoint import model_weights, read_checkpoint, save_checkpoint
+from nmt.checkpoint import model_weights, read_checkpoint, save_checkpoint, write_state
 from nmt.config import config_from_dict
 from nmt.data.tokenizer import TokenizerPair
 from nmt.model.seq2seq import Seq2Seq
@@ -51,7 +51,7 @@ def test_average_refuses_other_models_and_bad_requests(toy_run, toy_dir, tmp_pat
     assert "model config differs" in result.output and len(result.output.strip().splitlines()) == 1
 
     foreign = {**state, "tokenizers": {"src": b"x", "tgt": b"x"}}
-    torch.save(foreign, tmp_path / "foreign.pt")
+    write_state(tmp_path / "foreign.pt", foreign)  # whole, checksums and all: another vocabulary
     result = invoke("average", first, tmp_path / "foreign.pt", "-o", tmp_path / "x.pt", code=2)
     assert "vocabulary differs" in result.output
 
