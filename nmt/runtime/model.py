@@ -1,4 +1,11 @@
-"""The exported encoder and decoder step as onnxruntime sessions, with a numpy decoder state."""
+"""The exported encoder and decoder step as onnxruntime sessions, with a numpy decoder state.
+
+An export is checked before it decodes anything: its config.json (JSON, with the fields read
+here), the sha256 of its graphs and tokenizers listed there (written last), the export id that
+both graphs carry in their metadata and config.json names (graphs of two exports never mix),
+and one step on the tokenizers' highest ids (the vocabularies fit, the numbers are finite).
+Exports of format 1 (before ids and checksums) are checked as far as they can be.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from nmt.errors import NMTError
+from nmt.fileio import mismatch
+from nmt.vocab import EOS
 
-ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"  # as nmt.ship.export writes
+ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"
+EXPORT_FORMAT = 2  # 2: the export id in both graphs and config.json, and its files' sha256
+EXPORT_ID = "nmt.export_id"  # the key of the export id in both graphs' metadata
+FIELDS = {"format": str, "format_version": int, "max_len": int, "normalize": str, "decode": dict}
+AGAIN = "export the model again (nmt export)"
 
 
 @dataclass
@@ -36,6 +49,35 @@ class State:
         )
 
 
+def read_export_config(directory: Path) -> dict:
+    """An export's config.json, checked: JSON, the fields the runtime reads, a format this nmt
+    knows, and (format 2) the graphs and tokenizers it lists as they were written."""
+    path = directory / CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise NMTError(f"{path}: not readable JSON ({str(e).splitlines()[0]}); {AGAIN}") from None
+    for key, kind in FIELDS.items():
+        if not isinstance(config, dict) or not isinstance(config.get(key), kind):
+            raise NMTError(f"{path}: no {key} ({kind.__name__}); {AGAIN}")
+    if config["format"] != "nmt-onnx" or not 1 <= config["format_version"] <= EXPORT_FORMAT:
+        raise NMTError(
+            f"{path}: format {config['format']} {config['format_version']}, not one this nmt reads "
+            f"(nmt-onnx 1 to {EXPORT_FORMAT}); decode it with the nmt that wrote it"
+        )
+    if config["format_version"] >= 2:
+        _check_files(path, config)
+    return config
+
+
+def _check_files(path: Path, config: dict) -> None:
+    """Every file config.json lists has the size and sha256 written there."""
+    if not isinstance(config.get("files"), dict) or not isinstance(config.get("export_id"), str):
+        raise NMTError(f"{path}: no files or export_id; {AGAIN}")
+    if problem := mismatch(path.parent, config["files"]):
+        raise NMTError(f"{problem} in {CONFIG}: the export changed since nmt export wrote it; {AGAIN}")
+
+
 class OnnxModel:
     """`encode` and `step`, the interface the searches need, on the two exported graphs."""
 
@@ -44,12 +86,12 @@ class OnnxModel:
             import onnxruntime as ort
         except ImportError:
             raise NMTError("the onnx engine needs onnxruntime: pip install 'nmt[onnx]'") from None
-        directory = Path(directory)
+        self.directory = directory = Path(directory)
         if not (directory / ENCODER).is_file():
             raise NMTError(
                 f"{directory}: not an ONNX export (no {ENCODER}); make one with nmt export RUN -o DIR"
             )
-        self.config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
+        self.config = read_export_config(directory)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         providers = ["CPUExecutionProvider"]
@@ -60,9 +102,44 @@ class OnnxModel:
             raise NMTError(
                 f"{directory}: onnxruntime cannot load the export ({str(e).splitlines()[0]})"
             ) from None
+        if self.config["format_version"] >= 2:
+            self._check_ids()
         # the exporter drops inputs a graph does not read (positions without local-m, feed without
         # input feeding), so each call passes only the ones the graph has
         self.step_inputs = {i.name for i in self.decoder.get_inputs()}
+
+    def _check_ids(self) -> None:
+        """Both graphs carry the export id config.json names: two exports' files never mix."""
+        expected = self.config["export_id"]
+        for name, session in ((ENCODER, self.encoder), (STEP, self.decoder)):
+            found = session.get_modelmeta().custom_metadata_map.get(EXPORT_ID)
+            if found != expected:
+                raise NMTError(
+                    f"{self.directory / name}: a graph of another export (id {found}, where "
+                    f"{CONFIG} says {expected}); copy an export whole, or {AGAIN}"
+                )
+
+    def check(self, src_vocab: int, tgt_vocab: int) -> None:
+        """One step on the tokenizers' highest ids: the graphs fit the vocabularies and compute
+        finite numbers. Otherwise a tokenizer of another model decodes garbage, and NaN weights
+        empty lines, both with exit code 0."""
+        fits = (
+            f"the graphs do not fit the vocabulary of its tokenizers ({src_vocab} source, {tgt_vocab} target"
+        )
+        highest = ([[src_vocab - 1, EOS]], [2], [tgt_vocab - 1])
+        src, src_len, y = (np.array(a, dtype=np.int64) for a in highest)
+        try:
+            state = self.encode(src, src_len)
+            log_probs, state, weights = self.step(y, state, 0)
+        except Exception as e:  # onnxruntime: "indices element out of data bounds" in a Gather
+            raise NMTError(f"{self.directory}: {fits}: {str(e).splitlines()[0][:200]}); {AGAIN}") from None
+        if log_probs.shape != (1, tgt_vocab):
+            raise NMTError(f"{self.directory}: {fits}, the decoder {log_probs.shape[-1]}); {AGAIN}")
+        if not all(np.isfinite(a).all() for a in (log_probs, state.h, state.c, state.memory, weights)):
+            raise NMTError(
+                f"{self.directory}: its weights are not finite (NaN or infinity in one step's "
+                f"outputs), so it cannot translate; {AGAIN} from a good checkpoint"
+            )
 
     def encode(self, src: np.ndarray, src_len: np.ndarray) -> State:
         """src (B, S) int64 padded with PAD, src_len (B,) -> the first state of B rows."""

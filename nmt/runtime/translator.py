@@ -45,4 +45,6 @@ def load_onnx_translator(paths: list[Path | str], overrides: dict, threads: int 
     cfg = model.config
     exported = decode_settings(DecodeConfig(), cfg["decode"], f"{directory}/config.json")
     settings = decode_settings(exported, overrides, "command line")
-    return OnnxTranslator(model, TokenizerPair.load(directory), settings, cfg["max_len"], cfg["normalize"])
+    tok = TokenizerPair.load(directory)
+    model.check(len(tok.src), len(tok.tgt))
+    return OnnxTranslator(model, tok, settings, cfg["max_len"], cfg["normalize"])

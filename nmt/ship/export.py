@@ -12,18 +12,19 @@ through the TorchScript exporter, with two export-friendly equivalents: the enco
 stacked layers one bidirectional layer at a time (the exporter mis-wires a multi-layer
 bidirectional LSTM), and the decoder steps with `lstm_cell` in plain matrix products. After
 writing, each export is run with onnxruntime on a check batch against torch; a model whose
-graphs do not reproduce it is refused.
+graphs do not reproduce it is refused. Both graphs carry the export's id (a hash of the two) in
+their metadata, and config.json, written last, names it with the sha256 of every file, so the
+runtime never decodes with a damaged file or graphs of two exports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
-import shutil
 import sys
-import tempfile
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -34,13 +35,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.checkpoint import LoadedModel, load_model
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write, atomic_write_text
+from nmt.fileio import atomic_write, atomic_write_text, file_entry, staged_directory
 from nmt.model.decoder import DecoderState, Memory
 from nmt.model.seq2seq import Seq2Seq
+from nmt.runtime.model import CONFIG, ENCODER, EXPORT_FORMAT, EXPORT_ID, STEP
 from nmt.vocab import EOS, PAD
 
-ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"
-EXPORT_FORMAT = 1
 OPSET = 17
 TOLERANCE = 1e-4  # max |torch - onnxruntime| / (1 + |onnxruntime|) over every output on the check batch
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["src", "src_len"], ["memory", "mask", "keys", "h", "c", "feed"]
@@ -217,6 +217,20 @@ def check_graphs(model: Seq2Seq, vocab: int, enc_graph: bytes, step_graph: bytes
     return worst
 
 
+def labelled(graphs: tuple[bytes, bytes]) -> tuple[str, tuple[bytes, bytes]]:
+    """The export's id (the sha256 of both graphs, so the same model exports the same bytes)
+    and the graphs with it in their metadata."""
+    import onnx
+
+    export_id = hashlib.sha256(b"".join(graphs)).hexdigest()[:16]
+    out = []
+    for graph in graphs:
+        model = onnx.load_model_from_string(graph)
+        onnx.helper.set_model_props(model, {EXPORT_ID: export_id})
+        out.append(model.SerializeToString())
+    return export_id, (out[0], out[1])
+
+
 def runtime_config(loaded: LoadedModel) -> dict:
     cfg = loaded.config
     return {
@@ -249,7 +263,7 @@ def export(source: Path | str, output: Path) -> list[str]:
     vocab = len(loaded.tokenizers.src)
     what = f"{loaded.config.model.decoder.style} decoder with {loaded.config.model.attention.type} attention"
     try:
-        enc_graph, step_graph = export_graphs(model, vocab)
+        export_id, (enc_graph, step_graph) = labelled(export_graphs(model, vocab))
     except Exception as e:  # the exporter's many error types for an operation it cannot express
         raise NMTError(f"{source}: the {what} cannot be exported to ONNX ({type(e).__name__}: {e})") from None
     difference = check_graphs(model, vocab, enc_graph, step_graph)
@@ -258,20 +272,22 @@ def export(source: Path | str, output: Path) -> list[str]:
             f"{source}: the ONNX graphs of the {what} differ from torch by {difference:.2g} "
             f"(more than {TOLERANCE}); refusing to write an export that would translate differently"
         )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp"))
-    try:
-        atomic_write(tmp / ENCODER, lambda f: f.write(enc_graph))
-        atomic_write(tmp / STEP, lambda f: f.write(step_graph))
-        atomic_write_text(tmp / CONFIG, json.dumps(runtime_config(loaded), indent=2) + "\n")
-        loaded.tokenizers.save(tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_export(output, loaded, export_id, (enc_graph, step_graph))
     total = sum(p.stat().st_size for p in output.iterdir())
     return [
         f"wrote {output}: {ENCODER} {len(enc_graph) / 1e6:.2f} MB, {STEP} {len(step_graph) / 1e6:.2f} MB, "
         f"{total / 1e6:.2f} MB in all",
         f"checked against torch: max relative difference {difference:.1e} over every output of both graphs",
     ]
+
+
+def write_export(output: Path, loaded: LoadedModel, export_id: str, graphs: tuple[bytes, bytes]) -> None:
+    """The export's files into the new folder `output`, config.json last, with the export id
+    and the size and sha256 of every other file; nothing is left of a failed write."""
+    with staged_directory(output) as tmp:
+        for name, graph in zip((ENCODER, STEP), graphs, strict=True):
+            atomic_write(tmp / name, lambda f, graph=graph: f.write(graph))
+        names = [ENCODER, STEP, *loaded.tokenizers.save(tmp)]
+        files = {name: file_entry(tmp / name) for name in names}
+        config = runtime_config(loaded) | {"export_id": export_id, "files": files}
+        atomic_write_text(tmp / CONFIG, json.dumps(config, indent=2) + "\n")

@@ -1,23 +1,29 @@
 """`nmt release`: a training checkpoint -> a directory to ship: `model.safetensors` (weights only,
 fp32 or fp16), `config.yaml` (what translating needs: model, decoding, data limits), the
-SentencePiece model(s) and a model card (`README.md`). Every `-m` option loads it
+SentencePiece model(s), `manifest.json` (the sha256 of the weights and tokenizers, checked
+whenever the release loads) and a model card (`README.md`). Every `-m` option loads it
 (`nmt.checkpoint.load_model`) without any pickle.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from nmt.checkpoint import RELEASE_CONFIG, RELEASE_WEIGHTS, LoadedModel, load_checkpoint, resolve_checkpoint
+from nmt.checkpoint import (
+    RELEASE_CONFIG,
+    RELEASE_MANIFEST,
+    RELEASE_WEIGHTS,
+    LoadedModel,
+    load_checkpoint,
+    resolve_checkpoint,
+)
 from nmt.config import Config
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write, atomic_write_text, read_lines
+from nmt.fileio import atomic_write, atomic_write_text, file_entry, read_lines, staged_directory
 from nmt.rundir import CHECKPOINTS, METRICS, read_metrics
 from nmt.ship.card import TestScores, model_card
 
@@ -113,6 +119,15 @@ def score_release(directory: Path, files: tuple[Path, Path], device: str) -> Tes
     )
 
 
+def write_manifest(directory: Path, names: list[str]) -> None:
+    """manifest.json: the size and sha256 of the files a translator reads as bytes, written
+    after them. config.yaml and the card are left out: text a user may edit on purpose, and
+    checked when read (the config against the weights' shapes)."""
+    files = {name: file_entry(directory / name) for name in names}
+    manifest = {"format": "nmt-release", "files": files}
+    atomic_write_text(directory / RELEASE_MANIFEST, json.dumps(manifest, indent=1) + "\n")
+
+
 def directory_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
 
@@ -136,23 +151,17 @@ def release(
     checkpoint = resolve_checkpoint(source)
     loaded = load_checkpoint(checkpoint)
     run_dir = run_dir_of(Path(source), checkpoint)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp"))
-    try:
+    with staged_directory(output) as tmp:
         weights = release_weights(loaded, fp16)
         atomic_write(tmp / RELEASE_WEIGHTS, lambda f: f.write(weights))
         config = yaml.safe_dump(release_config(loaded.config), sort_keys=False, allow_unicode=True)
         atomic_write_text(tmp / RELEASE_CONFIG, config)
-        loaded.tokenizers.save(tmp)
+        write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp)])
         files = test_files(loaded.config, test_src, test_ref)
-        scores = score_release(tmp, files, device) if files else None
+        scores = score_release(tmp, files, device) if files else None  # loads it, manifest checked
         metrics = read_metrics(run_dir) if run_dir else []
         card = model_card(loaded, metrics, scores, fp16, len(weights), output.name)
         atomic_write_text(tmp / CARD, card)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ReleaseSummary(
         output, checkpoint, checkpoint.stat().st_size, directory_bytes(output), len(weights), scores
     )

@@ -34,6 +34,7 @@ def test_release_holds_weights_config_tokenizer_and_card(released, toy_run):
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md",
         "config.yaml",
+        "manifest.json",
         "model.safetensors",
         "spm.model",
     ]
