@@ -242,3 +242,26 @@ def test_a_full_disk_while_exporting_is_one_line_and_writes_nothing(trained, tmp
     where = tmpfs((folder / "export" / "encoder.onnx").stat().st_size // 2)
     one_line(nmt("export", run, "-o", where / "export"), f"{where / 'export' / 'encoder.onnx'}: {NO_SPACE}")
     assert list(where.iterdir()) == []
+
+
+def test_a_best_pt_a_full_disk_left_behind_is_brought_up_to_date_on_resume(tmp_path):
+    from nmt.checkpoint import FORMAT_VERSION, write_state
+    from nmt.train.checkpoints import CheckpointKeeper
+
+    def write(path: Path, step: int) -> None:
+        entries = {"config": {}, "model": {}, "tokenizers": {}, "progress": {"step": step}}
+        write_state(path, {"format_version": FORMAT_VERSION, **entries})
+
+    keeper = CheckpointKeeper(tmp_path, keep_best=1, average_last=0, higher_is_better=True)
+    validations = [(5, 10.0), (10, 20.0)]  # step 10 improved, but its copy to best.pt found no space
+    write(tmp_path / "best.pt", 5)
+    write(tmp_path / LAST, 10)
+    assert keeper.repair_best(validations).endswith(
+        "best.pt was older than the best validation; rebuilt it from last.pt"
+    )
+    assert read_checkpoint(tmp_path / "best.pt")["progress"]["step"] == 10
+    assert keeper.repair_best(validations) == ""
+    write(tmp_path / "best.pt", 5)
+    write(tmp_path / LAST, 15)  # the best weights are gone: the older best is kept, not replaced
+    assert keeper.repair_best(validations) == ""
+    assert read_checkpoint(tmp_path / "best.pt")["progress"]["step"] == 5
