@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import torch
 
 from nmt.config import Config, config_from_dict, load_config
@@ -151,9 +152,11 @@ def verify(state: dict[str, Any], path: Path, entries: Iterable[str] | None = No
 
 
 def _finite(value: torch.Tensor) -> bool:
-    """Whether every element is finite: its least and greatest are (NaN spreads to both). 13x
-    faster than torch.isfinite(value).all() on the bench model's weights (25 ms, not 320)."""
-    return all(bool(torch.isfinite(bound)) for bound in torch.aminmax(value.detach()))
+    """Whether every element is finite: its least and greatest are (NaN spreads to both). numpy,
+    one thread: 4 ms for the bench model's weights, where torch.isfinite(value).all() took 320
+    and torch.aminmax 3 to 95 on a busy machine."""
+    array = value.detach().float().cpu().numpy()  # no copy for float32 on the CPU
+    return bool(np.isfinite(array.min()) and np.isfinite(array.max()))
 
 
 def check_finite(weights: dict[str, torch.Tensor], where: Path | str) -> None:
