@@ -8,7 +8,7 @@ way leaves nothing a later run could take for whole. Held-out splits are small `
 beside it, keyed by their own text and the tokenizers (the zip format checks their CRC-32s).
 
 `meta.json`, written last, holds each training file's size and CRC-32, checked whenever the
-cache is opened (70 ms for a million pairs, docs/performance.md): a cache whose files changed
+cache is opened (29 ms for a million pairs, docs/performance.md): a cache whose files changed
 since, or from before checksums, is rebuilt like one whose meta.json cannot be read, never
 trusted.
 """
