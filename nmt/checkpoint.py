@@ -145,7 +145,8 @@ def verify(state: dict[str, Any], path: Path, entries: Iterable[str] | None = No
             if entry in written and checksum(state.get(entry)) != written[entry]:
                 raise NMTError(
                     f"{path}: damaged: its entry '{entry}' differs from the checksum written with it; "
-                    "restore the file from a copy, or use another checkpoint (best.pt, last.pt, step-N.pt)"
+                    "restore the file from a copy, or use another checkpoint (best.pt, last.pt, step-N.pt); "
+                    "edited on purpose? save it with nmt.checkpoint.write_state"
                 )
     if entries is None or "model" in entries:
         check_finite(state["model"], path)

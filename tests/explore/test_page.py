@@ -78,9 +78,11 @@ def checkpoint_with_beam(checkpoint: Path, beam: int, folder: Path) -> Path:
     """A copy of `checkpoint` whose config decodes with a beam of `beam`."""
     import torch
 
+    from nmt.checkpoint import write_state
+
     state = torch.load(checkpoint, weights_only=True)
     state["config"]["decode"]["beam"] = beam
-    torch.save(state, folder / "beam.pt")
+    write_state(folder / "beam.pt", state)  # with the edited entries' checksums
     return folder / "beam.pt"
 
 
