@@ -207,11 +207,19 @@ def builtin_configs() -> list[Path]:
     return sorted(p for p in BUILTIN_DIR.glob("*.yaml") if not p.name.startswith("_"))
 
 
+def is_file(path: Path) -> bool:
+    """Whether `path` is a regular file; a name the system refuses (too long) is not one."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def find_builtin(name: str | Path) -> Path | None:
     """The built-in config (or base) of that name, with or without .yaml."""
     stem = Path(name).name
     for candidate in (BUILTIN_DIR / stem, BUILTIN_DIR / f"{stem}.yaml"):
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     return None
 
@@ -219,10 +227,12 @@ def find_builtin(name: str | Path) -> Path | None:
 def resolve_config_path(name: str | Path) -> Path:
     """An existing path wins; otherwise a built-in config of that name (with or without .yaml)."""
     path = Path(name)
-    found = path if path.is_file() else find_builtin(path)
+    found = path if is_file(path) else find_builtin(path)
     if found is None:
         known = ", ".join(p.name for p in builtin_configs())
-        raise NMTError(f"{name}: config not found (not a file, nor a built-in config: {known})")
+        raise NMTError(
+            f"{printable(str(name))}: config not found (not a file, nor a built-in config: {known})"
+        )
     return found
 
 
@@ -282,6 +292,12 @@ def show(value: Any) -> str:
     return r.repr(value)
 
 
+def printable(text: str) -> str:
+    """`text` as typed, or quoted with escapes when it holds a newline or another control
+    character, so that an error message naming it stays one line."""
+    return text if text.isprintable() else repr(text)
+
+
 def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
     """A config file or built-in name, merged over its `base:` chain, then the `--set` overrides."""
     path = resolve_config_path(name)
@@ -333,11 +349,12 @@ def find_base(name: Any, naming: Path) -> Path:
     if not isinstance(name, str) or not name:
         raise NMTError(f"{naming}: base: expected a config file or built-in name, got {show(name)}")
     found = naming.parent / name
-    if found.is_file():
+    if is_file(found):
         return found
     builtin = find_builtin(name)
     if builtin is None:
-        raise NMTError(f"{naming}: base: {name} not found (not {found}, nor a built-in config)")
+        shown, looked = printable(name[:200]), printable(str(found)[:300])
+        raise NMTError(f"{naming}: base: {shown} not found (not {looked}, nor a built-in config)")
     return builtin
 
 
@@ -380,9 +397,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     The key is checked against the config's fields and the value against the key's type right
     here, so a mistake is reported as coming from the command line, with a suggestion for a typo.
     """
+    option = f"--set {printable(item)}"
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise NMTError(f"--set {item}: expected section.key=value, e.g. model.attention.type=general")
+        raise NMTError(f"{option}: expected section.key=value, e.g. model.attention.type=general")
     parts = key.strip().split(".")
     cls, node, hint = Config, raw, None
     for depth, part in enumerate(parts):
@@ -390,15 +408,15 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         if part not in fields:
             where = ".".join(parts[:depth]) or "the top level"
             if not fields:
-                raise NMTError(f"--set {item}: {where} is a value, not a section")
-            raise NMTError(f"--set {item}: {where} has no key {part!r}{_did_you_mean(part, fields)}")
+                raise NMTError(f"{option}: {where} is a value, not a section")
+            raise NMTError(f"{option}: {where} has no key {part!r}{_did_you_mean(part, fields)}")
         hint = typing.get_type_hints(cls)[part]
         if depth < len(parts) - 1:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise NMTError(f"--set {item}: {part} is not a section")
+                raise NMTError(f"{option}: {part} is not a section")
             cls = hint
-    parsed = read_yaml(value, f"--set {item}")
+    parsed = read_yaml(value, option)
     _convert(hint, parsed, "--set", key.strip())
     node[parts[-1]] = parsed
 
@@ -418,7 +436,7 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields), key=str)
     if unknown:
-        name = str(unknown[0])[:60]
+        name = printable(str(unknown[0])[:60])
         raise NMTError(f"{source}: {prefix}{name}: unknown key{_did_you_mean(name, fields)}")
     values = {}
     for name, f in fields.items():

@@ -7,7 +7,11 @@ need no torch, so the command line can read a run without loading the trainer.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from nmt.config import Config, config_from_dict, load_config
@@ -34,33 +38,80 @@ RESUMABLE_CHANGES = {
 
 
 def check_new_run_dir(run_dir: Path) -> None:
-    """Refuse, before any work, a folder that holds a run or anything else of the user's."""
+    """Refuse, before any work, a folder that holds a run or anything else of the user's, and a
+    place where no folder can be made (a file in the path, no permission, a read-only disk)."""
     if (run_dir / CONFIG).exists():
+        holder = lock_holder(run_dir)
+        if holder:
+            raise NMTError(_held_by(run_dir, holder))
         raise NMTError(
             f"{run_dir} already holds a run; continue it with --resume {run_dir} or choose another --output"
         )
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise NMTError(f"{run_dir}: exists and is not an empty folder or a run; choose another --output")
+    _check_can_make(run_dir)
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config) -> None:
+def _held_by(run_dir: Path, holder: str) -> str:
+    return (
+        f"{run_dir}: another nmt train (pid {holder}) holds this folder: it started a run there first; "
+        "choose another --output"
+    )
+
+
+def _check_can_make(run_dir: Path) -> None:
+    """A folder can be made beside where `run_dir` will be: tried for real in the nearest folder
+    that exists (permissions alone do not tell a read-only disk), and removed at once."""
+    parent = run_dir.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NMTError(f"{run_dir}: {parent} is a file, not a folder; choose another --output")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".nmt-probe-", dir=parent))
+    except OSError as e:
+        raise NMTError(
+            f"{run_dir}: cannot make a folder in {parent} ({e.strerror}); "
+            "check its permissions or choose another --output"
+        ) from None
+
+
+def prepare_run_dir(run_dir: Path, cfg: Config) -> RunLock:
     """A new run directory with its config, created whole or not at all (built under a temporary
-    name beside it, then renamed), so no half-made folder is ever left behind."""
-    import shutil
-    import tempfile
-
+    name beside it, then renamed), and locked from the moment it appears, so a second `nmt train`
+    into the same folder is told that this process holds it. The caller releases the lock."""
     check_new_run_dir(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    lock = None
     try:
         (staging / CHECKPOINTS).mkdir()
         atomic_write_text(staging / CONFIG, cfg.to_yaml())
-        if run_dir.is_dir():
-            run_dir.rmdir()  # empty, checked above
-        staging.rename(run_dir)
+        lock = RunLock(staging)
+        lock.move(run_dir)
     except BaseException:
+        if lock is not None and lock.run_dir == run_dir:  # stopped just after the rename
+            lock.discard()
+        elif lock is not None:
+            lock.release()
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return lock
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """The pid of the process training in `run_dir`, or None when none holds its lock."""
+    import fcntl
+
+    try:
+        with open(run_dir / LOCK, encoding="utf-8") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return f.read().strip() or "unknown"
+    except OSError:
+        pass
+    return None
 
 
 class RunLock:
@@ -69,8 +120,8 @@ class RunLock:
 
     def __init__(self, run_dir: Path):
         import fcntl
-        import os
 
+        self.run_dir, self.was_empty = run_dir, False  # was_empty: the user's empty folder, replaced
         self.file = open(run_dir / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 (held until exit)
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,6 +136,31 @@ class RunLock:
         self.file.truncate()
         self.file.write(str(os.getpid()))
         self.file.flush()
+
+    def move(self, run_dir: Path) -> None:
+        """Rename the locked folder to `run_dir` in one step (an empty folder there is replaced);
+        refused when another process made a run there meanwhile."""
+        was_empty = run_dir.is_dir()
+        try:
+            self.run_dir.rename(run_dir)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+            holder = lock_holder(run_dir)
+            if holder:
+                raise NMTError(_held_by(run_dir, holder)) from None
+            raise NMTError(
+                f"{run_dir}: another process put files in this folder meanwhile; choose another --output"
+            ) from None
+        self.run_dir, self.was_empty = run_dir, was_empty
+
+    def discard(self) -> None:
+        """Remove the new run this lock holds (a start-up stopped before the first step), the
+        lock held until it is gone; an empty folder the user had named is left, empty."""
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.was_empty:
+            self.run_dir.mkdir(exist_ok=True)
+        self.release()
 
     def release(self) -> None:
         self.file.close()

@@ -71,6 +71,25 @@ def test_set_overrides_any_field_with_yaml_typed_values(tmp_path):
     assert cfg.model.tie_embeddings is True
 
 
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("data.src_lang='\n", '--set "data.src_lang=\'\\n": not valid YAML'),
+        ("x\n=1", "--set 'x\\n=1': the top level has no key 'x'"),
+        ("=\n", "--set '=\\n': expected section.key=value"),
+    ],
+)
+def test_a_set_with_a_newline_is_one_error_line(tmp_path, item, message):
+    with pytest.raises(NMTError) as error:
+        load_config(write(tmp_path, MINIMAL), [item])
+    assert str(error.value).startswith(message) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_config_name_too_long_for_a_path_is_not_found(tmp_path):
+    with pytest.raises(NMTError, match="config not found"):
+        load_config("y" * 400)
+
+
 def test_set_without_equals_is_an_error(tmp_path):
     with pytest.raises(NMTError, match="expected section.key=value"):
         load_config(write(tmp_path, MINIMAL), ["train.max_steps"])
@@ -239,6 +258,8 @@ def test_a_mapping_value_is_replaced_whole_not_merged(tmp_path):
         ({"c.yaml": "base: gone.yaml\n" + MINIMAL}, "c.yaml: base: gone.yaml not found"),
         ({"c.yaml": "base: b.yaml\n", "b.yaml": "- a list\n"}, "b.yaml (the base of"),
         ({"c.yaml": "base: [b.yaml]\n" + MINIMAL}, "c.yaml: base: expected a config file or built-in name"),
+        ({"c.yaml": f"base: {'x' * 300}\n" + MINIMAL}, f"c.yaml: base: {'x' * 200} not found"),  # too long
+        ({"c.yaml": 'base: "a\\nb"\n' + MINIMAL}, "c.yaml: base: 'a\\nb' not found"),
     ],
 )
 def test_base_errors_are_one_line_naming_the_file(tmp_path, files, message):

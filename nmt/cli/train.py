@@ -22,13 +22,15 @@ def train(
     quiet: QuietOption = False,
 ) -> None:
     """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy)."""
-    from nmt.train.run import train as run_training
     from nmt.train.signals import Interrupted
 
     try:
+        from nmt.train.run import train as run_training  # torch: start-up has begun
+
         result = run_training(config, set_ or [], output, resume, quiet)
-    except Interrupted as stop:
-        typer.echo(str(stop), err=True)
-        raise typer.Exit(stop.exit_code) from None
+    except (Interrupted, KeyboardInterrupt) as stop:  # the latter while importing, before run_training
+        stopped = stop if isinstance(stop, Interrupted) else Interrupted.starting(stop, resume)
+        typer.echo(str(stopped), err=True)
+        raise typer.Exit(stopped.exit_code) from None
     if result.rank == 0:
         typer.echo(result.summary())

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from nmt.errors import NMTError
-from nmt.evaluate.scoring import EvalOptions, evaluate, format_table, sentence_details
+from nmt.evaluate.scoring import EvalOptions, evaluate, format_table, metrics, sentence_details
 from nmt.fileio import atomic_write_text, check_outputs, read_lines
 
 
@@ -36,6 +36,7 @@ def run_eval(
         raise NMTError("eval: --model needs --src FILE")
     inputs = {f"--ref {p}": p for p in refs} | {f"--hyp {p}": p for p in hyps} | {"--src": src}
     check_outputs({"--plot": plot, "--details": details}, inputs | {f"-m {p}": p for p in models})
+    metrics(opts)  # sacreBLEU's tokenizer loads now, before files are read and models decode
     references = [read_lines(path) for path in refs]
     src_lines = read_lines(src) if src else None
     systems: dict[str, list[str]] = {}

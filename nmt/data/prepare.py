@@ -23,7 +23,7 @@ from nmt.data import cache
 from nmt.data.cleaning import clean_chunks, clean_held_out, clean_pairs, describe_dropped
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.encoding import encode, encode_chunks, sample_chunks
-from nmt.data.sources import DatasetPairs, Pairs, TextPairs, load_split, pick, train_pairs
+from nmt.data.sources import DatasetPairs, Pairs, TextPairs, describe_split, load_split, pick, train_pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 
@@ -54,17 +54,37 @@ def prepare(
 ) -> PreparedData:
     """Training data and the `held_out` splits, from the cache when it is current. `tokenizers`
     (from a checkpoint, when resuming) are used instead of training or loading the cached ones.
-    `progress` shows a bar (pairs/s and time left) while the training split is encoded."""
+    `progress` shows a bar (pairs/s and time left) while the training split is encoded.
+
+    The training split is scanned and the held-out splits read before anything is trained or
+    written, so an empty split fails in seconds, not after the tokenizer and the cache."""
     source = train_pairs(cfg.data)
     scan = source.scan()
+    raw = {name: load_split(cfg.data, name) for name in held_out}
+    _check_not_empty(cfg, scan.pairs, raw)
     folder, cached = cache.find(cfg, scan.digest, tokenizers)
     found = cached is not None
     if cached is None:
         tok = tokenizers or train_tokenizers(source, scan.pairs, cfg)
         encoded = encode_chunks(clean_chunks(source.chunks(CHUNK), cfg.data), tok, cfg.data)
         cached = cache.write(folder, cfg, tok, encoded, scan.pairs, progress)
-    splits = {name: held_out_split(cfg, name, cached.tokenizers, folder) for name in held_out}
+    splits = {
+        name: held_out_split(cfg, name, pairs, cached.tokenizers, folder) for name, pairs in raw.items()
+    }
     return PreparedData(cached.tokenizers, cached.train, splits, cached.dropped, folder, found)
+
+
+def _check_not_empty(cfg: Config, train: int, held_out: dict[str, Pairs]) -> None:
+    """Refuse an empty training split, and an empty validation split (training validates on it)."""
+    if not train:
+        raise NMTError(
+            f"{describe_split(cfg.data, 'train')}: the training split is empty; give it some pairs"
+        )
+    if "valid" in held_out and not held_out["valid"]:
+        raise NMTError(
+            f"{describe_split(cfg.data, 'valid')}: the validation split is empty, and training "
+            "validates on it; give it some pairs (data.valid names the split)"
+        )
 
 
 def train_tokenizers(source: TextPairs | DatasetPairs, pairs: int, cfg: Config) -> TokenizerPair:
@@ -90,10 +110,9 @@ def sample_lines(pairs: int, cfg: TokenizerConfig) -> np.ndarray | None:
     return None if pairs <= wanted else np.sort(random.Random(0).sample(range(pairs), wanted))
 
 
-def held_out_split(cfg: Config, name: str, tok: TokenizerPair, folder: Path) -> Split:
-    """A validation or test split: normalised and encoded (cached beside the training data),
-    never filtered; the reference stays as written."""
-    raw = load_split(cfg.data, name)
+def held_out_split(cfg: Config, name: str, raw: Pairs, tok: TokenizerPair, folder: Path) -> Split:
+    """A validation or test split (its `raw` pairs as read): normalised and encoded (cached
+    beside the training data), never filtered; the reference stays as written."""
     pairs, targets = clean_held_out(raw, cfg.data.normalize)
     path = cache.held_out_path(folder, name, raw, tok)
     corpus = cache.read_held_out(path)

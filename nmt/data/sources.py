@@ -34,7 +34,36 @@ def text_path(cfg: DataConfig, split: str, lang: str) -> Path:
     return Path(cfg.dir) / f"{split_name(cfg, split)}.{lang}"
 
 
+def describe_split(cfg: DataConfig, split: str) -> str:
+    """Where split `train`, `valid` or `test` is read from, for messages about it."""
+    if cfg.format == "text" or _manifest_is_current(cfg, (split,)):
+        return f"{text_path(cfg, split, cfg.src_lang)} and {text_path(cfg, split, cfg.tgt_lang)}"
+    return f"{cfg.hf_path}[{split_name(cfg, split)}]"
+
+
+# What a data file that is not a regular file is, first match wins; none: it does not exist.
+NOT_A_FILE = (
+    (
+        Path.is_fifo,
+        "is a named pipe; nmt reads data files several times (to scan, sample and encode them, "
+        "and again in each run): give a regular file",
+    ),
+    (Path.is_dir, "is a directory, not a text file"),
+    (Path.exists, "is not a regular file (a device or a socket); give a regular file"),
+)
+
+
+def check_data_file(path: Path) -> None:
+    """A split's file is a regular file that can be read again, checked before it is opened
+    (opening a named pipe would wait for a writer)."""
+    if not path.is_file():
+        why = next((why for test, why in NOT_A_FILE if test(path)), "file not found")
+        raise NMTError(f"{path}: {why}")
+
+
 def read_parallel(src_path: Path, tgt_path: Path, errors: str = "strict") -> Pairs:
+    check_data_file(Path(src_path))
+    check_data_file(Path(tgt_path))
     src, tgt = read_lines(src_path, errors, UTF8_HINT), read_lines(tgt_path, errors, UTF8_HINT)
     if len(src) != len(tgt):
         raise _misaligned(src_path, len(src), tgt_path, len(tgt))
@@ -82,10 +111,7 @@ class TextPairs:
     def __init__(self, src_path: Path, tgt_path: Path, errors: str = "strict"):
         self.paths, self.errors = (Path(src_path), Path(tgt_path)), errors
         for path in self.paths:
-            if not path.is_file():
-                raise NMTError(
-                    f"{path}: " + ("is a directory, not a text file" if path.is_dir() else "file not found")
-                )
+            check_data_file(path)
 
     def scan(self) -> Scan:
         """The digest and line count of both files (one read of their bytes); files of unequal

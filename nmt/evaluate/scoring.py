@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from nmt.errors import NMTError
 
@@ -87,13 +87,43 @@ def parse_buckets(text: str) -> tuple[int, ...]:
     return bounds
 
 
-def metrics(opts: EvalOptions) -> dict:
-    from sacrebleu.metrics import BLEU, CHRF, TER
+# What sacreBLEU's tokenizers need beyond sacreBLEU itself, and how to get it ({reason}: the error).
+TOKENIZER_NEEDS = {
+    "ja-mecab": "it needs MeCab and its IPA dictionary: pip install 'sacrebleu[ja]'",
+    "ko-mecab": "it needs MeCab-ko and its dictionary: pip install 'sacrebleu[ko]'",
+    **dict.fromkeys(
+        ("spm", "flores101", "flores200", "spBLEU-1K"),
+        "it needs its SentencePiece model in ~/.sacrebleu/models, and the download failed ({reason}): "
+        "connect to the network once",
+    ),
+}
+
+
+def bleu_metric(opts: EvalOptions, **settings) -> Any:
+    """sacreBLEU's BLEU with the options' tokenizer (and `settings`). A tokenizer that cannot load
+    (its optional package missing, its model not downloadable) is one line that says what it
+    needs, not sacreBLEU's traceback; build the metric before any long work to find out early."""
+    from sacrebleu.metrics import BLEU
 
     if opts.tokenize not in BLEU.TOKENIZERS:
         raise NMTError(f"--tokenize {opts.tokenize}: unknown tokenizer (one of {', '.join(BLEU.TOKENIZERS)})")
+    try:
+        return BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase, **settings)
+    except (ImportError, RuntimeError, AssertionError, OSError) as e:
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        needs = TOKENIZER_NEEDS.get(opts.tokenize, "{reason}").format(reason=reason)
+        raise NMTError(
+            f"--tokenize {opts.tokenize}: sacreBLEU cannot load this tokenizer: {needs}; "
+            "or choose another --tokenize"
+        ) from None
+
+
+def metrics(opts: EvalOptions) -> dict:
+    """The metrics `evaluate` reports, built (and so checked) at once."""
+    from sacrebleu.metrics import CHRF, TER
+
     return {
-        "BLEU": BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase),
+        "BLEU": bleu_metric(opts),
         "chrF++" if opts.chrf_word_order else "chrF": CHRF(
             word_order=opts.chrf_word_order, lowercase=opts.lowercase
         ),
@@ -138,14 +168,10 @@ def bleu_interval(hyps: list[str], refs: list[list[str]], resamples: int, opts: 
     """Half-width of the 95% bootstrap interval of corpus BLEU (sacreBLEU's resampling, seeded;
     at least 40 resamples, as sacreBLEU cuts 1/40 of them at each end). A BLEU object of its own:
     sacreBLEU writes the resample count into the metric's signature."""
-    from sacrebleu.metrics import BLEU
-
     if resamples < 40:
         raise NMTError(f"a 95% interval needs at least 40 bootstrap resamples, not {resamples}")
     with _sacrebleu_seed(opts.seed):
-        score = BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase).corpus_score(
-            hyps, refs, n_bootstrap=resamples
-        )
+        score = bleu_metric(opts).corpus_score(hyps, refs, n_bootstrap=resamples)
     return float(score._ci)
 
 
@@ -263,9 +289,9 @@ def sentence_details(
     systems: dict[str, list[str]], refs: list[list[str]], src: list[str] | None, opts: EvalOptions
 ) -> str:
     """TSV, one row per sentence and system, to find the worst sentences quickly."""
-    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.metrics import CHRF
 
-    bleu = BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase, effective_order=True)
+    sentence_bleu = bleu_metric(opts, effective_order=True)
     chrf = CHRF(word_order=opts.chrf_word_order, lowercase=opts.lowercase)
     rows = [
         "system\tline\tsrc_words\tref_words\thyp_words\tsentence_bleu\tchrf\tsource\treference\thypothesis"
@@ -280,7 +306,7 @@ def sentence_details(
                 str(len(source.split())),
                 str(len(sent_refs[0].split())),
                 str(len(hyp.split())),
-                f"{bleu.sentence_score(hyp, sent_refs).score:.2f}",
+                f"{sentence_bleu.sentence_score(hyp, sent_refs).score:.2f}",
                 f"{chrf.sentence_score(hyp, sent_refs).score:.2f}",
                 source,
                 sent_refs[0],

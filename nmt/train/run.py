@@ -1,7 +1,9 @@
 """`nmt train` as a function: a new run, or the continuation of one, and the line it ends with.
 
-Everything that can fail (config, data, model) is checked before a new run directory is
-created, and it is created whole; a run is locked against a second process while one trains in it.
+Everything that can fail (config, data, model, where the run folder goes) is checked before a
+new run directory is created, and it is created whole; a run is locked against a second process
+while one trains in it. A signal during start-up stops it and undoes what it began
+(`nmt.train.signals`): a new run's folder is removed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from nmt.errors import NMTError
 from nmt.rundir import CHECKPOINTS, CONFIG, LAST, RunLock, check_new_run_dir, prepare_run_dir, resume_config
 from nmt.train import distributed
 from nmt.train.progress import TrainResult
+from nmt.train.signals import Interrupted, StopRequest, stop_requests
 from nmt.train.trainer import Trainer
 
 
@@ -28,17 +31,43 @@ def train(
     quiet: bool,
 ) -> TrainResult:
     """`nmt train`: a new run in `out`, or the continuation of the run in `resume`. `overrides`
-    are `--set` strings, or a {"section.key": value} dict (values as Python objects)."""
+    are `--set` strings, or a {"section.key": value} dict (values as Python objects). SIGINT or
+    SIGTERM before the first step raises `Interrupted` (exit 130 or 143) with no run left behind."""
     if isinstance(overrides, dict):
         overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    made: list[RunLock] = []  # the new run's lock, once this process has made its folder
+    try:
+        with stop_requests(starting=True) as request:
+            return _train(config, overrides or [], out, resume, quiet, request, made)
+    except KeyboardInterrupt as stop:  # start-up: from the first step the trainer says Interrupted
+        for lock in made:
+            lock.discard()
+        raise Interrupted.starting(stop, resume) from None
+    finally:
+        for lock in made:
+            lock.release()
+
+
+def _train(
+    config: str | Path | None,
+    overrides: list[str],
+    out: str | Path | None,
+    resume: str | Path | None,
+    quiet: bool,
+    request: StopRequest,
+    made: list[RunLock],
+) -> TrainResult:
+    """`train` under its start-up `request`: a stop a library swallowed is raised again at its
+    checks, before the run folder is made and before training begins."""
     distributed.init()
     rank0 = distributed.rank_and_world()[0] == 0
-    with contextlib.ExitStack() as held:  # left in reverse: the lock first, then the processes
+    with contextlib.ExitStack() as held:  # left in reverse: a resumed run's lock, then the processes
         held.callback(distributed.shutdown)
         if resume:
-            trainer = _resumed(Path(resume), config, overrides or [], quiet, rank0, held)
+            trainer = _resumed(Path(resume), config, overrides, quiet, rank0, held)
         else:
-            trainer = _started(config, overrides or [], out, quiet, rank0, held)
+            trainer = _started(config, overrides, out, quiet, rank0, request, made)
+        request.check()
         return trainer.train()
 
 
@@ -48,20 +77,21 @@ def _started(
     out: str | Path | None,
     quiet: bool,
     rank0: bool,
-    held: contextlib.ExitStack,
+    request: StopRequest,
+    made: list[RunLock],
 ) -> Trainer:
-    """A trainer for a new run: data and model are ready before the folder exists."""
+    """A trainer for a new run: data and model are ready before the folder exists; its lock goes
+    into `made`."""
     if config is None:
         raise NMTError("train: give --config FILE (or --resume RUN_DIR)")
     cfg = load_config(config, overrides)
     run_dir = Path(out) if out else Path("runs") / Path(config).stem
     check_new_run_dir(run_dir)
     trainer = Trainer(cfg, run_dir, quiet=quiet)
+    request.check()  # a stop a library swallowed: before the folder exists
     if rank0:
-        prepare_run_dir(run_dir, cfg)
+        made.append(prepare_run_dir(run_dir, cfg))
     distributed.barrier()
-    if rank0:
-        held.callback(RunLock(run_dir).release)
     return trainer
 
 

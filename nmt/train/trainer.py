@@ -74,6 +74,7 @@ class Trainer:
         self.notes = [*describe, *self._restore(checkpoint)]  # logged as training starts
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)
+        self.started = False  # whether this session's first step has begun (start-up is over)
         self.keeper.saved()  # last.pt is next due save_every_minutes from here
 
     def _restore(self, state: dict | None) -> list[str]:
@@ -111,6 +112,8 @@ class Trainer:
                 self._average()
         except KeyboardInterrupt:
             self.report.close_bar()
+            if not self.started:  # start-up: nothing to save; `nmt train` undoes what it began
+                raise
             raise Interrupted.twice(self.progress.step, self.run_dir, self.last) from None
         self.progress.finished = stopped
         self.save(LAST)
@@ -131,7 +134,7 @@ class Trainer:
         """The rest of the current epoch, until it ends, a budget is spent or patience runs out."""
         cfg, p = self.cfg.train, self.progress
         batches = self.epochs.start(p.epoch)
-        self._log_start_up()
+        self._begin()
         while p.batch_in_epoch < len(batches) and not self.budget.spent():
             last = min(len(batches), p.batch_in_epoch + cfg.update_every)
             self._step([batches[k] for k in range(p.batch_in_epoch, last)])
@@ -183,10 +186,16 @@ class Trainer:
         )
 
     # -- reporting, validating and saving on the way ----------------------------------------------
-    def _log_start_up(self) -> None:
-        if self.data_seconds is not None:  # this session's first step comes next
-            data, self.data_seconds = self.data_seconds, None
-            self.report.log(f"start-up: {process_seconds():.1f} s to the first step (the data {data:.1f} s)")
+    def _begin(self) -> None:
+        """Before each epoch; before this session's first step, start-up ends: a signal received
+        since it began stops here, with nothing to save (`StopRequest.started`), and from now on
+        one stops at the next step boundary instead."""
+        if self.started:
+            return
+        self.stop.started()
+        self.started = True
+        seconds = f"{process_seconds():.1f} s to the first step (the data {self.data_seconds:.1f} s)"
+        self.report.log(f"start-up: {seconds}")
 
     def _log_window(self) -> None:
         """Loss, perplexity and speed over the steps since the last log line."""

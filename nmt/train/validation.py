@@ -14,7 +14,7 @@ from nmt.data.corpus import EncodedCorpus
 from nmt.data.sources import Pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation, Translator
-from nmt.evaluate.scoring import EvalOptions, evaluate
+from nmt.evaluate.scoring import EvalOptions, evaluate, metrics
 from nmt.train.loss import batch_loss
 from nmt.train.precision import Precision
 
@@ -42,6 +42,8 @@ class Validator:
         self.cfg, self.tok, self.corpus = cfg, tok, corpus
         self.translated = valid_sample(pairs, cfg.train.valid_subset, cfg.train.seed)
         self.device, self.precision = device, precision
+        self.options = EvalOptions(bootstrap=0)
+        metrics(self.options)  # sacreBLEU's tokenizer loads now, before the run folder is made
 
     @torch.no_grad()
     def scores(
@@ -60,7 +62,7 @@ class Validator:
         translations = translator.translate([s for s, _ in self.translated], attention=attention)
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]
-        report = evaluate({"valid": hyps}, refs, EvalOptions(bootstrap=0)).systems[0]
+        report = evaluate({"valid": hyps}, refs, self.options).systems[0]
         return {
             "valid_loss": nll / tokens,
             "valid_ppl": math.exp(min(nll / tokens, 50)),

@@ -169,3 +169,31 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, make, args, message):
 def test_atomic_write_never_replaces_a_device():
     atomic_write_text(os.devnull, "nothing\n")
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def mecab_missing() -> bool:
+    try:
+        import ipadic  # noqa: F401
+        import MeCab  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not mecab_missing(), reason="MeCab is installed: ja-mecab loads")
+def test_a_tokenizer_whose_package_is_missing_is_one_line_before_any_work(tmp_path):
+    d = write_corpus(tmp_path)
+    expected = (
+        "error: --tokenize ja-mecab: sacreBLEU cannot load this tokenizer: it needs MeCab and its IPA "
+        "dictionary: pip install 'sacrebleu[ja]'; or choose another --tokenize"
+    )
+    result = runner.invoke(
+        app, ["eval", "--hyp", str(d / "a"), "--ref", str(d / "ref"), "--tokenize", "ja-mecab"]
+    )
+    assert result.exit_code == 2 and result.stderr.strip() == expected, result.output
+    # checked before the models are loaded (this one does not exist) and --src is read
+    missing = ["-m", str(tmp_path / "no.pt"), "--src", str(tmp_path / "no.src"), "--ref", str(d / "ref")]
+    result = runner.invoke(app, ["eval", *missing, "--tokenize", "ja-mecab"])
+    assert result.exit_code == 2 and result.stderr.strip() == expected, result.output
+    with pytest.raises(NMTError, match=r"pip install 'sacrebleu\[ja\]'"):
+        evaluate({"a": ["x"]}, [["x"]], EvalOptions(tokenize="ja-mecab"))
