@@ -164,6 +164,9 @@ class TrainConfig:
     )
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
     precision: Literal["auto", "fp32", "fp16", "bf16"] = setting("auto", "auto: AMP on CUDA, fp32 elsewhere")
+    cuda_graphs: bool = setting(
+        True, "CUDA: replay the decoder's training step as CUDA graphs (one process, update_every 1)"
+    )
     loggers: list[Literal["tensorboard", "mlflow"]] = setting(
         factory=list, doc="experiment trackers that also get the metrics (installed as extras)"
     )

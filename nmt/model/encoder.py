@@ -32,7 +32,11 @@ class Encoder(nn.Module):
         the caller need not sort. Positions past a sentence's end are zeros in `memory`.
         """
         x = self.dropout(self.embed(src))
-        packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
+        # Rows already longest first (a training batch on a GPU, `Batch.to`) need no sorting
+        # indices, whose copy to the GPU waits for it; the CPU keeps the path it always had.
+        src_len = src_len.cpu()
+        ordered = src.is_cuda and bool((src_len[:-1] >= src_len[1:]).all())
+        packed = pack_padded_sequence(x, src_len, batch_first=True, enforce_sorted=ordered)
         out, (h, c) = self.rnn(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         B = src.size(0)

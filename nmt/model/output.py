@@ -24,12 +24,16 @@ class OutputLayer(nn.Linear):
         """Pre-output vectors (..., P) -> logits (..., V)."""
         return linear(F.dropout(pre_output, self.p, self.training), self.weight, self.bias)
 
-    def loss(self, pre_output: Tensor, target: Tensor, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    def loss(
+        self, pre_output: Tensor, target: Tensor, label_smoothing: float = 0.0, real: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Summed (label-smoothed) cross-entropy and summed NLL of `target` (N,) given the
-        pre-output vectors (N, P) of the real target positions, without keeping the logits."""
+        pre-output vectors (N, P) of the real target positions, without keeping the logits.
+        `real` (N,) bool, when given, counts only those rows: a CUDA graph cannot select the
+        real rows (their number changes every batch), so it passes them all with this mask."""
         x = F.dropout(pre_output, self.p, self.training)
         gradients = torch.is_grad_enabled()  # autograd functions cannot see it inside forward
-        return LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing, gradients)
+        return LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing, gradients, real)
 
 
 CHUNK_LOGITS = 1 << 23  # logits computed at a time: 32 MB in fp32, 1,048 rows of an 8k vocabulary
@@ -50,7 +54,14 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(
-        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float, gradients: bool
+        ctx,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        target: Tensor,
+        smoothing: float,
+        gradients: bool,
+        real: Tensor | None = None,
     ):
         need_x, need_w, need_b = (gradients and need for need in ctx.needs_input_grad[:3])
         need_b = need_b and bias is not None
@@ -72,6 +83,9 @@ class LinearCrossEntropy(torch.autograd.Function):
             log_z = (top + total.log()).squeeze(1)
             nll = log_z - picked
             objective = nll if mean is None else (1 - smoothing) * nll + smoothing * (log_z - mean)
+            counted = None if real is None else real[start : start + rows, None].to(wide)
+            if counted is not None:
+                nll, objective = nll * counted[:, 0], objective * counted[:, 0]
             objective_sum, nll_sum = objective_sum + objective.sum(), nll_sum + nll.sum()
             if not any_gradient:
                 continue
@@ -79,6 +93,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             grad.scatter_add_(1, ys[:, None], grad.new_full((len(ys), 1), smoothing - 1.0))
             if smoothing:
                 grad.sub_(smoothing / vocab)
+            if counted is not None:
+                grad.mul_(counted)
             if need_x:
                 grad_xs.append(linear(grad, weight_t, prepack=False))
             if need_w:
@@ -100,4 +116,4 @@ class LinearCrossEntropy(torch.autograd.Function):
             None if g is None else (g * grad_objective).to(dtype)
             for g, dtype in zip(ctx.saved_tensors, (x_dtype, weight_dtype, weight_dtype), strict=True)
         )
-        return grad_x, grad_w, grad_b, None, None, None
+        return grad_x, grad_w, grad_b, None, None, None, None

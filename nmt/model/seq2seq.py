@@ -31,9 +31,14 @@ class Seq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
         """src (B, S) -> the memory every decoder step reads, and the decoder's first state."""
+        memory, mask, h0, c0 = self.annotate(src, src_len)
+        return self.decoder.prepare(memory, mask), self.decoder.init_state(h0, c0)
+
+    def annotate(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """src (B, S) -> annotations (B, S, M), their mask (B, S) and the decoder's first (h, c),
+        as plain tensors (what a CUDA graph of the decoder takes, `nmt.train.graphs`)."""
         memory, (h, c) = self.encoder(src, src_len)
-        mem = self.decoder.prepare(memory, src != PAD)
-        return mem, self.decoder.init_state(*self.bridge(h, c))
+        return memory, src != PAD, *self.bridge(h, c)
 
     def step(
         self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor

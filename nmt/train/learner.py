@@ -18,9 +18,30 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
+from nmt.train.graphs import DecoderGraphs
 from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.precision import Precision
 from nmt.train.schedule import Schedule, build_optimizer
+
+
+def uses_graphs(cfg: Config, device: torch.device) -> bool:
+    """Whether training steps replay CUDA graphs of the decoder (`nmt.train.graphs`): on CUDA,
+    one process, one batch a step, teacher forcing (scheduled sampling runs eagerly anyway)."""
+    return (
+        cfg.train.cuda_graphs
+        and device.type == "cuda"
+        and cfg.train.update_every == 1
+        and distributed.rank_and_world()[1] == 1
+    )
+
+
+def check_finite(nll: float, precision: Precision, steps: str, last_good: Path) -> None:
+    """A non-finite training loss ends the run (under fp16 the scaler skips such steps instead)."""
+    if not math.isfinite(nll) and not precision.scaler.is_enabled():
+        raise NMTError(
+            f"training diverged: non-finite loss {steps}; the last good checkpoint "
+            f"is {last_good} (try a lower train.lr or train.clip)"
+        )
 
 
 class Learner:
@@ -29,15 +50,17 @@ class Learner:
         self.model = Seq2Seq(cfg.model, *vocab).to(device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
         self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
-        self.objective = TokenLoss(self.model, cfg.train)
+        graphs = uses_graphs(cfg, device) and DecoderGraphs(self.model.decoder, cfg.train.label_smoothing)
+        self.objective = TokenLoss(self.model, cfg.train, graphs or None)
+        precision.cache_casts = not graphs
         self.ddp_objective = distributed.wrap(self.objective, device)
 
     def step(
         self, batches: list[Batch], step: int, generator: torch.Generator, last_good: Path
-    ) -> tuple[float, int, bool]:
+    ) -> tuple[torch.Tensor, int, bool]:
         """One optimiser step over `batches` (several = gradient accumulation): this process's
-        summed NLL and target tokens, and whether the step was taken (AMP's scaler skips one
-        that overflowed).
+        summed NLL (a float64 tensor on the device, read when the loss is logged) and target
+        tokens, and whether the step was taken (AMP's scaler skips one that overflowed).
 
         The loss is normalised by the target tokens of the whole step (over every process under
         torchrun), so accumulating k batches or running on k processes equals one big batch.
@@ -50,13 +73,10 @@ class Learner:
             last = i == len(batches) - 1
             with self.precision.autocast(), distributed.no_sync_unless(self.ddp_objective, last):
                 sums = batch_loss(self.ddp_objective, batch, step, generator)
-            if not math.isfinite(sums.nll) and not self.precision.scaler.is_enabled():
-                raise NMTError(
-                    f"training diverged: non-finite loss at step {step + 1}; the last good checkpoint "
-                    f"is {last_good} (try a lower train.lr or train.clip)"
-                )
+            if self.device.type == "cpu":  # free here; a GPU is checked when the loss is logged
+                check_finite(float(sums.nll), self.precision, f"at step {step + 1}", last_good)
             self.precision.backward(sums.objective * world / step_tokens)
-            nll, tokens = nll + sums.nll, tokens + sums.tokens
+            nll, tokens = nll + sums.nll.double(), tokens + sums.tokens
         taken = self.precision.step(self.model, self.optimizer, self.cfg.clip)
         # Gradients go now, not before the next step: none are held while validating.
         self.optimizer.zero_grad(set_to_none=True)

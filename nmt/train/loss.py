@@ -10,13 +10,14 @@ from torch import Tensor, nn
 
 from nmt.config import TrainConfig
 from nmt.data.batching import Batch
+from nmt.train.graphs import DecoderGraphs
 from nmt.vocab import PAD
 
 
 @dataclass
 class LossSums:
     objective: Tensor  # summed training loss (label-smoothed if asked), for backward
-    nll: float  # summed negative log-likelihood, for reporting loss per token and perplexity
+    nll: Tensor  # summed negative log-likelihood (detached, on the device: reading it waits for a GPU)
     tokens: int  # target tokens (padding excluded)
 
 
@@ -38,7 +39,7 @@ def loss_sums(logits: Tensor, target: Tensor, label_smoothing: float) -> LossSum
     if label_smoothing:
         uniform = -logp.mean(-1).masked_fill(~real, 0.0).sum()
         objective = (1 - label_smoothing) * nll + label_smoothing * uniform
-    return LossSums(objective, float(nll.detach()), int(real.sum()))
+    return LossSums(objective, nll.detach(), int(real.sum()))
 
 
 def scheduled_sampling_logits(
@@ -63,30 +64,34 @@ def scheduled_sampling_logits(
 
 class TokenLoss(nn.Module):
     """A Seq2Seq and its training loss as one module, so that DDP's forward covers the output
-    layer, which the fused loss applies itself (to the real target positions only)."""
+    layer, which the fused loss applies itself (to the real target positions only). With
+    `graphs`, the decoder's side of a training batch replays a CUDA graph."""
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig):
+    def __init__(self, model: nn.Module, cfg: TrainConfig, graphs: DecoderGraphs | None = None):
         super().__init__()
-        self.model, self.cfg = model, cfg
+        self.model, self.cfg, self.graphs = model, cfg, graphs
 
-    def forward(self, batch: Batch, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-        """(summed objective, summed NLL, target tokens); label smoothing and scheduled sampling
-        only while the model trains."""
+    def forward(self, batch: Batch, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """(summed objective, summed NLL); label smoothing and scheduled sampling only while the
+        model trains."""
         training = self.model.training
         ratio = teacher_forcing_ratio(self.cfg, step) if training else 1.0
         smoothing = self.cfg.label_smoothing if training else 0.0
-        real = batch.tgt_out != PAD
         if ratio < 1.0:
             logits = scheduled_sampling_logits(self.model, batch, ratio, generator)
             sums = loss_sums(logits, batch.tgt_out, smoothing)
-            return sums.objective, torch.tensor(sums.nll), real.sum()
+            return sums.objective, sums.nll
+        if self.graphs is not None and training:
+            memory, mask, h0, c0 = self.model.annotate(batch.src, batch.src_len)
+            return self.graphs.loss(memory, h0, c0, mask, batch.tgt_in, batch.tgt_out)
+        real = batch.tgt_out != PAD
         pre_output, _ = self.model.features(batch.src, batch.src_len, batch.tgt_in)
         output_layer = self.model.decoder.output_layer
-        objective, nll = output_layer.loss(pre_output[real], batch.tgt_out[real], smoothing)
-        return objective, nll, real.sum()
+        return output_layer.loss(pre_output[real], batch.tgt_out[real], smoothing)
 
 
 def batch_loss(objective: nn.Module, batch: Batch, step: int, generator: torch.Generator) -> LossSums:
-    """The loss sums of `batch` through a TokenLoss (or its DDP wrapper)."""
-    total, nll, tokens = objective(batch, step, generator)
-    return LossSums(total, float(nll), int(tokens))
+    """The loss sums of `batch` through a TokenLoss (or its DDP wrapper), without waiting for
+    the device: the NLL stays a tensor, the tokens were counted where the batch was made."""
+    total, nll = objective(batch, step, generator)
+    return LossSums(total, nll.detach(), batch.n_tgt_tokens)

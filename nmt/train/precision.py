@@ -31,10 +31,12 @@ class Precision:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.enabled and self.dtype == torch.float16)
         self.name = f"AMP {str(self.dtype).removeprefix('torch.')}" if self.enabled else "fp32"
 
+    cache_casts = True  # False while CUDA graphs are captured: they cannot hold autocast's cache
+
     def autocast(self) -> contextlib.AbstractContextManager:
         if not self.enabled:
             return contextlib.nullcontext()
-        return torch.amp.autocast("cuda", dtype=self.dtype)
+        return torch.amp.autocast("cuda", dtype=self.dtype, cache_enabled=self.cache_casts)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nmt.rundir import CHECKPOINTS
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 HIGHER_IS_BETTER = {"bleu": True, "ppl": False, "loss": False}
 
@@ -61,11 +64,11 @@ class Clock:
 class LogWindow:
     """Training NLL and target tokens since the last log line, and when the window started."""
 
-    nll: float = 0.0
+    nll: float | Tensor = 0.0  # a tensor on the training device once a step is added: read when logged
     tokens: int = 0
     start: float = field(default_factory=time.perf_counter)
 
-    def add(self, nll: float, tokens: int) -> None:
+    def add(self, nll: Tensor, tokens: int) -> None:
         self.nll, self.tokens = self.nll + nll, self.tokens + tokens
 
 

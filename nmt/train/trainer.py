@@ -26,7 +26,7 @@ from nmt.train import distributed
 from nmt.train.budget import Budget
 from nmt.train.checkpoints import CheckpointKeeper, restore_rng, rng_record, rng_state
 from nmt.train.epochs import Epochs, data_note, prepare_data
-from nmt.train.learner import Learner
+from nmt.train.learner import Learner, check_finite
 from nmt.train.precision import Precision
 from nmt.train.progress import HIGHER_IS_BETTER, Clock, LogWindow, Progress, TrainResult
 from nmt.train.report import RunReport, process_seconds
@@ -166,7 +166,7 @@ class Trainer:
             if self.keeper.due(self.cfg.train.save_every_minutes):  # the window is empty here
                 self.save(LAST)
 
-    def train_step(self, groups: list[list[int]]) -> tuple[float, int]:
+    def train_step(self, groups: list[list[int]]) -> tuple[torch.Tensor, int]:
         """One optimiser step over `groups` of training pairs (several = gradient accumulation);
         this process's summed NLL and target tokens."""
         batches = self.epochs.batches(groups)
@@ -200,7 +200,8 @@ class Trainer:
     def _log_window(self) -> None:
         """Loss, perplexity and speed over the steps since the last log line."""
         p = self.progress
-        nll, tokens = distributed.all_reduce_sums([self.window.nll, self.window.tokens], self.device)
+        nll, tokens = distributed.all_reduce_sums([float(self.window.nll), self.window.tokens], self.device)
+        check_finite(nll, self.learner.precision, f"by step {p.step}", self.last)
         rate, loss = tokens / (time.perf_counter() - self.window.start), nll / tokens
         entry = {"step": p.step, "epoch": p.epoch, "loss": loss, "ppl": math.exp(min(loss, 50))}
         entry |= {"lr": self.learner.schedule.lr, "tgt_tokens_per_s": rate, "skipped_steps": p.skipped_steps}
@@ -263,7 +264,7 @@ class Trainer:
     def _write_checkpoint(self, name: str, rng_states: list[dict]) -> None:
         self.keeper.saved()
         progress = vars(self.progress) | {"elapsed": self.clock.elapsed()}
-        window = [self.window.nll, self.window.tokens]  # the loss since the last log line
+        window = [float(self.window.nll), self.window.tokens]  # the loss since the last log line
         run = {"progress": progress, "window": window, "rng": rng_record(rng_states)}
         self.learner.save(self.run_dir / CHECKPOINTS / name, self.cfg, self.tok, run)
 

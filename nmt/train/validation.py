@@ -79,5 +79,5 @@ class Validator:
             batch = collate(corpus, range(start, min(start + size, len(corpus)))).to(self.device)
             with self.precision.autocast():
                 sums = batch_loss(objective, batch, step, generator)
-            nll, tokens = nll + sums.nll, tokens + sums.tokens
-        return nll, tokens
+            nll, tokens = nll + sums.nll.double(), tokens + sums.tokens  # read once, at the end
+        return float(nll), tokens

@@ -206,7 +206,7 @@ def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
         groups = [examples] if split == 1 else [examples[:20], examples[20:]]
         nll, _ = trainer.train_step(groups)
         updates.append((nll, [p.detach().clone() for p in trainer.model.parameters()]))
-    assert updates[0][0] == pytest.approx(updates[1][0], rel=1e-6)
+    assert float(updates[0][0]) == pytest.approx(float(updates[1][0]), rel=1e-6)
     for big, acc in zip(updates[0][1], updates[1][1], strict=True):
         torch.testing.assert_close(big, acc, atol=1e-6, rtol=1e-5)
 
@@ -218,9 +218,8 @@ def test_a_non_finite_loss_stops_with_a_clear_message(toy_dir, tmp_path, monkeyp
     cfg = tiny_config(toy_dir)
     prepare_run_dir(tmp_path / "run", cfg)
     trainer = Trainer(cfg, tmp_path / "run", quiet=True)
-    monkeypatch.setattr(
-        learner_module, "batch_loss", lambda *a: LossSums(torch.tensor(float("nan")), float("nan"), 5)
-    )
+    nan = torch.tensor(float("nan"))
+    monkeypatch.setattr(learner_module, "batch_loss", lambda *a: LossSums(nan, nan, 5))
     with pytest.raises(NMTError, match="non-finite loss at step 1"):
         trainer.train_step([list(range(8))])
 
@@ -238,7 +237,7 @@ def test_label_smoothing_matches_torch():
         torch.testing.assert_close(sums.objective, expected)
         assert sums.tokens == 13
     nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum")
-    assert loss_sums(logits, target, 0.3).nll == pytest.approx(float(nll), rel=1e-6)
+    assert float(loss_sums(logits, target, 0.3).nll) == pytest.approx(float(nll), rel=1e-6)
 
 
 def test_teacher_forcing_schedule():

@@ -1,0 +1,119 @@
+"""On a CUDA GPU (skipped without one; run on the device with `pytest -m cuda tests/test_cuda.py`):
+the CUDA-graph training step gives the eager step's loss and gradients, mixed precision trains
+like fp32, and a resumed GPU run continues where it stopped."""
+
+import pytest
+import torch
+
+from nmt.checkpoint import model_weights
+from nmt.data.batching import Batch
+from nmt.rundir import CHECKPOINTS, LAST, read_metrics
+from nmt.train.learner import Learner
+from nmt.train.precision import Precision
+from nmt.vocab import BOS, EOS, PAD
+from tests.conftest import tiny_config
+from tests.train.test_trainer import nmt_train
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU (pytest -m cuda, on the device)"
+    ),
+]
+V = 50
+
+
+def random_batch(seed: int, rows: int = 5, src_len: int = 9, tgt_len: int = 7, device: str = "cuda") -> Batch:
+    """Sentences of several lengths, none a multiple of 8: the graph pads all three sizes."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, src_len + 1, (rows,), generator=g)
+    lengths[0] = src_len
+    src = torch.randint(4, V, (rows, src_len), generator=g)
+    src[torch.arange(src_len)[None, :] >= lengths[:, None]] = PAD
+    src[torch.arange(rows), lengths - 1] = EOS
+    tgt = torch.randint(4, V, (rows, tgt_len + 1), generator=g)
+    tgt[:, 0] = BOS
+    tgt[1, 3:] = PAD
+    tgt_out = torch.cat([tgt[:, 2:], torch.full((rows, 1), PAD)], 1)
+    tgt_out[torch.arange(rows), (tgt[:, 1:] != PAD).sum(1) - 1] = EOS
+    return Batch(src, lengths, tgt[:, :-1], tgt_out).to(torch.device(device))
+
+
+def loss_and_gradients(learner: Learner, batch: Batch) -> tuple[float, float, dict]:
+    learner.model.train()
+    objective, nll = learner.objective(batch, 0, torch.Generator())
+    objective.backward()
+    grads = {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
+    learner.optimizer.zero_grad(set_to_none=True)
+    return float(objective.detach()), float(nll), grads
+
+
+@pytest.mark.parametrize("feeding", [True, False])
+def test_a_graphed_step_gives_the_eager_loss_and_gradients(feeding):
+    cuda = torch.device("cuda")
+    results = []
+    for graphs in (False, True):
+        torch.manual_seed(0)
+        cfg = tiny_config(
+            model={"decoder": {"hidden": 32, "input_feeding": feeding}},
+            train={"cuda_graphs": graphs, "precision": "fp32", "label_smoothing": 0.1},
+        )
+        learner = Learner(cfg, (V, V), cuda, Precision(cuda, "fp32"))
+        assert (learner.objective.graphs is not None) == graphs
+        # the first batch captures its bucket, the second (same bucket) replays it
+        results.append([loss_and_gradients(learner, random_batch(seed)) for seed in (1, 2, 2)])
+    for (eager_obj, eager_nll, eager_grads), (obj, nll, grads) in zip(*results, strict=True):
+        assert obj == pytest.approx(eager_obj, rel=1e-5) and nll == pytest.approx(eager_nll, rel=1e-5)
+        assert grads.keys() == eager_grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, eager_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def final_loss(run) -> float:
+    return [m["loss"] for m in read_metrics(run) if "loss" in m][-1]
+
+
+def test_bf16_and_fp16_train_like_fp32_over_100_steps(toy_dir, tmp_path):
+    common = ["train.device=cuda", "train.max_steps=100", "train.log_every=10", "train.valid_every=100"]
+    common.append("train.teacher_forcing_ratio=1.0")  # the graphed path (scheduled sampling is eager)
+    losses = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        nmt_train(toy_dir, tmp_path / precision, *common, f"train.precision={precision}")
+        rows = [m for m in read_metrics(tmp_path / precision) if "loss" in m]
+        assert all(torch.isfinite(torch.tensor(m["loss"])) for m in rows), precision
+        losses[precision] = rows[-1]["loss"]
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.1), losses
+    assert losses["fp16"] == pytest.approx(losses["fp32"], rel=0.1), losses
+
+
+def test_a_resumed_gpu_run_continues_where_it_stopped(toy_dir, tmp_path):
+    common = ["train.device=cuda", "train.log_every=5", "train.valid_every=10", "model.dropout=0.2"]
+    common.append("train.teacher_forcing_ratio=1.0")  # the graphed path (scheduled sampling is eager)
+    nmt_train(toy_dir, tmp_path / "whole", *common, "train.max_steps=20")
+    nmt_train(toy_dir, tmp_path / "parts", *common, "train.max_steps=10")
+    from nmt.cli import app
+    from tests.train.test_trainer import runner, sets
+
+    more = sets(["train.max_steps=20"])
+    resumed = runner.invoke(app, ["train", "--resume", str(tmp_path / "parts"), *more, "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    runs = [tmp_path / "whole", tmp_path / "parts"]
+    whole, parts = ([(m["step"], m["loss"]) for m in read_metrics(run) if "loss" in m] for run in runs)
+    assert parts == whole
+    weights = [model_weights(torch.load(run / CHECKPOINTS / LAST, weights_only=False)) for run in runs]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_a_batch_on_the_gpu_goes_longest_first_with_the_loss_it_has_on_the_cpu():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    torch.manual_seed(0)
+    cfg = tiny_config(train={"cuda_graphs": False, "precision": "fp32"})
+    learner = Learner(cfg, (V, V), cpu, Precision(cpu))
+    batch = random_batch(3, rows=6, device="cpu")
+    on_gpu = batch.to(cuda)
+    assert on_gpu.src_len.tolist() == sorted(batch.src_len.tolist(), reverse=True)
+    assert on_gpu.n_tgt_tokens == batch.n_tgt_tokens
+    expected = loss_and_gradients(learner, batch)[:2]
+    learner.model.to(cuda)
+    assert loss_and_gradients(learner, on_gpu)[:2] == pytest.approx(expected, rel=1e-5)
