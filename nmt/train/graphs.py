@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.config import Config
+from nmt.train import distributed
 from nmt.vocab import PAD
 
 ROUND = 8  # bucket granularity: also what tensor cores like
@@ -48,6 +50,17 @@ def padded(
         F.pad(mask, (0, src, 0, rows), value=False),
         F.pad(tgt_in, (0, tgt, 0, rows), value=PAD),
         F.pad(tgt_out, (0, tgt, 0, rows), value=PAD),
+    )
+
+
+def uses_graphs(cfg: Config, device: torch.device) -> bool:
+    """Whether training steps replay CUDA graphs of the decoder (`nmt.train.graphs`): on CUDA,
+    one process, one batch a step, teacher forcing (scheduled sampling runs eagerly anyway)."""
+    return (
+        cfg.train.cuda_graphs
+        and device.type == "cuda"
+        and cfg.train.update_every == 1
+        and distributed.rank_and_world()[1] == 1
     )
 
 

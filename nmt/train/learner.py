@@ -18,21 +18,10 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
-from nmt.train.graphs import DecoderGraphs
+from nmt.train.graphs import DecoderGraphs, uses_graphs
 from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.precision import Precision
 from nmt.train.schedule import Schedule, build_optimizer
-
-
-def uses_graphs(cfg: Config, device: torch.device) -> bool:
-    """Whether training steps replay CUDA graphs of the decoder (`nmt.train.graphs`): on CUDA,
-    one process, one batch a step, teacher forcing (scheduled sampling runs eagerly anyway)."""
-    return (
-        cfg.train.cuda_graphs
-        and device.type == "cuda"
-        and cfg.train.update_every == 1
-        and distributed.rank_and_world()[1] == 1
-    )
 
 
 def check_finite(nll: float, precision: Precision, steps: str, last_good: Path) -> None:
@@ -50,9 +39,10 @@ class Learner:
         self.model = Seq2Seq(cfg.model, *vocab).to(device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
         self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
-        graphs = uses_graphs(cfg, device) and DecoderGraphs(self.model.decoder, cfg.train.label_smoothing)
-        self.objective = TokenLoss(self.model, cfg.train, graphs or None)
-        precision.cache_casts = not graphs
+        smoothing = cfg.train.label_smoothing
+        graphs = DecoderGraphs(self.model.decoder, smoothing) if uses_graphs(cfg, device) else None
+        self.objective = TokenLoss(self.model, cfg.train, graphs)
+        precision.cache_casts = graphs is None
         self.ddp_objective = distributed.wrap(self.objective, device)
 
     def step(
