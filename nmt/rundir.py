@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -82,7 +83,8 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> RunLock:
     into the same folder is told that this process holds it. The caller releases the lock."""
     check_new_run_dir(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    staging = run_dir.parent / f".{run_dir.name}.{secrets.token_hex(4)}"
+    staging.mkdir(0o777)  # the umask applies, as for a folder made by hand (mkdtemp's are 0700)
     lock = None
     try:
         (staging / CHECKPOINTS).mkdir()

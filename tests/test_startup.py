@@ -300,3 +300,12 @@ def test_an_output_folder_without_write_permission_fails_before_the_data_is_prep
         "check its permissions or choose another --output"
     )
     assert not cache.exists() and os.listdir(locked) == []
+
+
+def test_a_new_run_folder_gets_the_permissions_of_a_folder_made_by_hand(toy_dir, tmp_path):
+    old = os.umask(0o022)
+    try:
+        prepare_run_dir(tmp_path / "run", tiny_config(toy_dir)).release()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run").stat().st_mode & 0o777 == 0o755  # mkdtemp made it 0700
