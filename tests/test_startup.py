@@ -21,6 +21,7 @@ from nmt.rundir import CHECKPOINTS, LAST, METRICS, prepare_run_dir
 from nmt.train.signals import StopNow, StopRequest
 from nmt.train.trainer import Trainer
 from tests.conftest import tiny_config
+from tests.test_faults import nmt_process
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,13 +30,7 @@ STARTING = "during start-up, before the first step: no run was made"
 
 
 def nmt(*args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "nmt", *map(str, args)],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return nmt_process(args)
 
 
 def train_args(data: Path, cache: Path, run: Path, *sets: str) -> list:
