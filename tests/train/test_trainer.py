@@ -224,6 +224,17 @@ def test_a_non_finite_loss_stops_with_a_clear_message(toy_dir, tmp_path, monkeyp
         trainer.train_step([list(range(8))])
 
 
+def test_a_non_finite_loss_is_also_caught_when_the_window_is_logged(toy_dir, tmp_path):
+    # on a GPU the loss is read only for log lines, so that is where divergence is found there
+    cfg = tiny_config(toy_dir)
+    prepare_run_dir(tmp_path / "run", cfg)
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    trainer.progress.step = 40
+    trainer.window.add(torch.tensor(float("nan"), dtype=torch.float64), 7)
+    with pytest.raises(NMTError, match="non-finite loss by step 40; the last good checkpoint"):
+        trainer._log_window()
+
+
 def test_label_smoothing_matches_torch():
     torch.manual_seed(0)
     logits = torch.randn(3, 5, 11)
