@@ -91,8 +91,7 @@ def staged_directory(output: Path) -> Iterator[Path]:
     user: it is gone by the time they read the message)."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.parent / f".{output.name}.{secrets.token_hex(4)}.tmp"
-    tmp.mkdir(0o777)  # the kernel applies the umask, as for a folder made by hand (mkdtemp: 0700)
+    tmp = folder_beside(output)
     try:
         yield tmp
         os.replace(tmp, output)
@@ -101,6 +100,14 @@ def staged_directory(output: Path) -> Iterator[Path]:
         raise WriteError(error, moved(path, tmp, output)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def folder_beside(output: Path) -> Path:
+    """A new, hidden, uniquely named folder beside `output`, to fill and rename to it. Made with
+    mode 0777, so the kernel applies the umask as for a folder made by hand (mkdtemp: 0700)."""
+    tmp = output.parent / f".{output.name}.{secrets.token_hex(4)}.tmp"
+    tmp.mkdir(0o777)
+    return tmp
 
 
 def moved(path: Path, old: Path, new: Path) -> Path:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
 
 from nmt.config import Config, config_from_dict, load_config
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text, read_lines
+from nmt.fileio import atomic_write_text, folder_beside, read_lines
 
 CONFIG, METRICS, TRAIN_LOG, LOCK = "config.yaml", "metrics.jsonl", "train.log", ".lock"
 CHECKPOINTS, BEST, LAST = "checkpoints", "best.pt", "last.pt"
@@ -83,8 +82,7 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> RunLock:
     into the same folder is told that this process holds it. The caller releases the lock."""
     check_new_run_dir(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = run_dir.parent / f".{run_dir.name}.{secrets.token_hex(4)}"
-    staging.mkdir(0o777)  # the umask applies, as for a folder made by hand (mkdtemp's are 0700)
+    staging = folder_beside(run_dir)
     lock = None
     try:
         (staging / CHECKPOINTS).mkdir()

@@ -86,9 +86,8 @@ class DecoderGraphs:
     """Captured `DecoderLoss` graphs by bucket (rows, source length, target length)."""
 
     def __init__(self, decoder: nn.Module, smoothing: float):
-        self.decoder, self.smoothing = decoder, smoothing
         self.graphs: dict[tuple[int, int, int], nn.Module] = {}
-        self.eager = DecoderLoss(decoder, smoothing)
+        self.eager = DecoderLoss(decoder, smoothing)  # past MAX_GRAPHS
 
     def loss(
         self, memory: Tensor, h0: Tensor, c0: Tensor, mask: Tensor, tgt_in: Tensor, tgt_out: Tensor
@@ -113,7 +112,7 @@ class DecoderGraphs:
         rng = torch.cuda.get_rng_state()
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
         graphed = torch.cuda.make_graphed_callables(
-            DecoderLoss(self.decoder, self.smoothing), samples, allow_unused_input=True
+            DecoderLoss(self.eager.decoder, self.eager.smoothing), samples, allow_unused_input=True
         )
         torch.cuda.set_rng_state(rng)
         return graphed

@@ -42,7 +42,6 @@ class Learner:
         smoothing = cfg.train.label_smoothing
         graphs = DecoderGraphs(self.model.decoder, smoothing) if uses_graphs(cfg, device) else None
         self.objective = TokenLoss(self.model, cfg.train, graphs)
-        precision.cache_casts = graphs is None
         self.ddp_objective = distributed.wrap(self.objective, device)
 
     def step(
@@ -61,7 +60,8 @@ class Learner:
         nll, tokens = 0.0, 0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
-            with self.precision.autocast(), distributed.no_sync_unless(self.ddp_objective, last):
+            cache = self.objective.graphs is None
+            with self.precision.autocast(cache), distributed.no_sync_unless(self.ddp_objective, last):
                 sums = batch_loss(self.ddp_objective, batch, step, generator)
             if self.device.type == "cpu":  # free here; a GPU is checked when the loss is logged
                 check_finite(float(sums.nll), self.precision, f"at step {step + 1}", last_good)

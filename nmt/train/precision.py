@@ -31,12 +31,12 @@ class Precision:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.enabled and self.dtype == torch.float16)
         self.name = f"AMP {str(self.dtype).removeprefix('torch.')}" if self.enabled else "fp32"
 
-    cache_casts = True  # False while CUDA graphs are captured: they cannot hold autocast's cache
-
-    def autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """`cache`: autocast keeps each weight's cast for the whole forward; a CUDA graph cannot
+        be captured with that cache (nmt.train.graphs), so training with graphs turns it off."""
         if not self.enabled:
             return contextlib.nullcontext()
-        return torch.amp.autocast("cuda", dtype=self.dtype, cache_enabled=self.cache_casts)
+        return torch.amp.autocast("cuda", dtype=self.dtype, cache_enabled=cache)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

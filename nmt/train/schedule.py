@@ -122,12 +122,11 @@ def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     return OPTIMIZERS[cfg.optimizer](parameter_groups(params, cfg.weight_decay), cfg, fused)
 
 
-def parameter_groups(params, weight_decay: float) -> list:
+def parameter_groups(params: list, weight_decay: float) -> list:
     """Without weight decay, one group as before, so the checkpoints of such runs still resume
     (an optimiser's state holds its groups); with it, two: the weight matrices decay, the 1-D
     parameters (biases, gains) do not, as is conventional: pulling an offset or a scale towards
     0 is no regularisation."""
-    params = list(params)
     if weight_decay == 0:
         return params
     matrices = [p for p in params if p.ndim >= 2]
