@@ -89,6 +89,36 @@ def assert_started_afresh(run: Path | str, before: list[dict], log_every: int) -
     assert "no checkpoint yet: starting the run afresh" in (Path(run) / "train.log").read_text()
 
 
+# `--set` values of a small, fast toy run (tests that train through the command line)
+TINY = [
+    "model.embedding=16",
+    "model.encoder.hidden=16",
+    "model.decoder.hidden=32",
+    "tokenizer.vocab_size=120",
+    "train.log_every=5",
+    "train.valid_every=5",
+    "train.max_steps=10",
+    "decode.max_len=16",
+]
+
+
+def sets(items) -> list[str]:
+    """`--set` options, one per `section.key=value` of `items`."""
+    return [x for item in items for x in ("--set", item)]
+
+
+def one_line_error(result, *fragments: str) -> str:
+    """A command (a CliRunner result or a finished process) that failed with exit code 2 and one
+    line on stderr holding every fragment: that line."""
+    code = result.returncode if hasattr(result, "returncode") else result.exit_code
+    assert code == 2, (result.stderr, getattr(result, "exception", None))
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
 def tiny_config(data_dir: Path | str = "data", **sections) -> Config:
     """A small, fast model on the toy task; `sections` override whole config sections."""
     raw = {

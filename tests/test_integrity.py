@@ -20,33 +20,10 @@ from typer.testing import CliRunner
 from nmt.checkpoint import read_checkpoint, write_state
 from nmt.cli import app
 from nmt.rundir import CHECKPOINTS, LAST, METRICS, read_metrics
+from tests.conftest import TINY, one_line_error, sets
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "model.embedding=16",
-    "model.encoder.hidden=16",
-    "model.decoder.hidden=32",
-    "tokenizer.vocab_size=120",
-    "train.log_every=5",
-    "train.valid_every=5",
-    "train.max_steps=10",
-    "decode.max_len=16",
-]
-
-
-def sets(items) -> list[str]:
-    return [x for item in items for x in ("--set", item)]
-
-
-def one_line(result, *fragments: str) -> str:
-    """An in-process command that failed with exit code 2 and one line holding every fragment."""
-    assert result.exit_code == 2, (result.output, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # -- the data cache -----------------------------------------------------------------------------
@@ -208,12 +185,12 @@ def translate(model: Path, tmp_path: Path):
     return runner.invoke(app, ["translate", "-m", str(model), "-i", str(source), "-q"])
 
 
-def test_a_checkpoint_whose_weights_changed_on_disk_is_refused_in_one_line(run, tmp_path):
+def test_a_checkpoint_whose_weights_changed_on_disk_is_refused_in_one_line_error(run, tmp_path):
     best = copy_run(run, tmp_path / "run") / CHECKPOINTS / "best.pt"
     weights = torch.load(best, weights_only=True)["model"]
     name = max(weights, key=lambda k: weights[k].numel())
     overwrite(best, record_offset(best, weights[name]) + 8, struct.pack("<f", 1234.5))
-    one_line(translate(best, tmp_path), str(best), "damaged")
+    one_line_error(translate(best, tmp_path), str(best), "damaged")
 
 
 def test_a_last_pt_whose_optimiser_state_changed_on_disk_is_refused_on_resume(run, tmp_path):
@@ -222,15 +199,15 @@ def test_a_last_pt_whose_optimiser_state_changed_on_disk_is_refused_on_resume(ru
     moment = torch.load(last, weights_only=True)["optimizer"]["state"][0]["exp_avg_sq"]
     overwrite(last, record_offset(last, moment), struct.pack("<f", -1.0))  # a negative second moment
     result = runner.invoke(app, ["train", "--resume", str(moved), "-q", "--set", "train.max_steps=20"])
-    one_line(result, str(last), "damaged", "optimizer")
+    one_line_error(result, str(last), "damaged", "optimizer")
 
 
-def test_non_finite_weights_are_refused_in_one_line(run, tmp_path):
+def test_non_finite_weights_are_refused_in_one_line_error(run, tmp_path):
     state = torch.load(run / CHECKPOINTS / "best.pt", weights_only=True)
     name = next(iter(state["model"]))
     state["model"][name] = torch.full_like(state["model"][name], float("nan"))
     write_state(tmp_path / "nan.pt", state)  # written whole, checksums and all: only the values are bad
-    one_line(translate(tmp_path / "nan.pt", tmp_path), str(tmp_path / "nan.pt"), "not finite", name)
+    one_line_error(translate(tmp_path / "nan.pt", tmp_path), str(tmp_path / "nan.pt"), "not finite", name)
 
 
 def test_a_checkpoint_from_before_checksums_loads_and_translates_the_same(run, tmp_path):

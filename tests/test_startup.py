@@ -3,7 +3,6 @@ before the run folder is made, a signal during start-up stops the command cleanl
 nothing behind, and the loser of two trainings started into one folder is told who holds it."""
 
 import contextlib
-import hashlib
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from nmt.rundir import CHECKPOINTS, LAST, METRICS, prepare_run_dir
 from nmt.train.signals import StopNow, StopRequest
 from nmt.train.trainer import Trainer
 from tests.conftest import tiny_config
-from tests.test_faults import nmt_process
+from tests.test_faults import nmt_process, snapshot
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,11 +42,6 @@ def one_line(text: str) -> str:
     lines = text.strip().splitlines()
     assert len(lines) == 1, text
     return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 @pytest.fixture(scope="module")

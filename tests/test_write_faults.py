@@ -17,20 +17,10 @@ import pytest
 
 from nmt.checkpoint import read_checkpoint
 from nmt.rundir import CHECKPOINTS, LAST
+from tests.conftest import TINY, one_line_error
 from tests.test_faults import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "model.embedding=16",
-    "model.encoder.hidden=16",
-    "model.decoder.hidden=32",
-    "tokenizer.vocab_size=120",
-    "train.log_every=5",
-    "train.valid_every=5",
-    "train.max_steps=10",
-    "train.average_last=2",
-    "decode.max_len=16",
-]
 TOO_LARGE = "File too large (free some space, raise the file size limit or write elsewhere)"
 NO_SPACE = "No space left on device (free some space or write elsewhere)"
 
@@ -51,18 +41,8 @@ def nmt(*args, limit: int | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, preexec_fn=preexec, timeout=300)
 
 
-def one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:
-    """The process failed with exit code 2 and one line on stderr holding every fragment."""
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
 def train_args(toy_dir: Path, cache: Path, run: Path, *extra: str) -> list:
-    items = [*TINY, f"data.dir={toy_dir}", f"data.cache_dir={cache}", *extra]
+    items = [*TINY, "train.average_last=2", f"data.dir={toy_dir}", f"data.cache_dir={cache}", *extra]
     return ["train", "-c", "toy-luong.yaml", *[x for i in items for x in ("--set", i)], "-o", run, "-q"]
 
 
@@ -127,7 +107,7 @@ def test_a_file_size_limit_at_last_pt_is_one_line_and_the_run_resumes(trained, t
     proc = nmt(
         "train", "--resume", run, "--set", "train.max_steps=20", "-q", limit=last.stat().st_size * 3 // 5
     )
-    one_line(proc, f"{last}: {TOO_LARGE}")
+    one_line_error(proc, f"{last}: {TOO_LARGE}")
     assert snapshot(run / CHECKPOINTS) == before
     resumes(run, "train.max_steps=20")
     assert read_checkpoint(last)["progress"]["step"] == 20
@@ -139,7 +119,7 @@ def test_a_full_disk_at_last_pt_is_one_line_and_the_run_resumes(trained, tmpfs, 
     run = copy_run(run, tmpfs(used + 64 * 1024))  # no room for a second last.pt beside the first
     before = snapshot(run / CHECKPOINTS)
     proc = nmt("train", "--resume", run, "--set", "train.max_steps=20", "-q")
-    one_line(proc, f"{run / CHECKPOINTS / LAST}: {NO_SPACE}")
+    one_line_error(proc, f"{run / CHECKPOINTS / LAST}: {NO_SPACE}")
     assert snapshot(run / CHECKPOINTS) == before
     moved = copy_run(run, tmp_path)  # the user makes room: here, moves the run to a larger disk
     resumes(moved, "train.max_steps=20")
@@ -153,7 +133,7 @@ def test_a_full_disk_at_best_pt_is_one_line_and_the_resume_rebuilds_best(trained
     where = tmpfs(last_size * 3 // 2 + 64 * 1024)
     fresh = where / "run"
     proc = nmt(*train_args(toy_dir, cache, fresh, "train.average_last=1"))
-    one_line(proc, f"{fresh / CHECKPOINTS / 'best.pt'}: {NO_SPACE}")
+    one_line_error(proc, f"{fresh / CHECKPOINTS / 'best.pt'}: {NO_SPACE}")
     assert read_checkpoint(fresh / CHECKPOINTS / LAST)["progress"]["step"] == 5
     moved = copy_run(fresh, tmp_path)  # the user frees space: here, moves the run to a larger disk
     resumes(moved)
@@ -161,18 +141,18 @@ def test_a_full_disk_at_best_pt_is_one_line_and_the_resume_rebuilds_best(trained
     assert best["progress"]["step"] in (5, 10)
 
 
-def test_a_file_size_limit_at_an_average_is_one_line(trained, tmp_path):
+def test_a_file_size_limit_at_an_average_is_one_line_error(trained, tmp_path):
     _, _, run, _ = trained
     out = tmp_path / "averaged.pt"
     size = (run / CHECKPOINTS / "averaged.pt").stat().st_size  # with the optimiser state: 3x nmt average's
-    one_line(nmt("average", run, "--last", 2, "-o", out, limit=size // 10), f"{out}: {TOO_LARGE}")
+    one_line_error(nmt("average", run, "--last", 2, "-o", out, limit=size // 10), f"{out}: {TOO_LARGE}")
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
 
 
-def test_a_full_disk_at_an_average_is_one_line(trained, tmpfs):
+def test_a_full_disk_at_an_average_is_one_line_error(trained, tmpfs):
     _, _, run, _ = trained
     where = tmpfs((run / CHECKPOINTS / "averaged.pt").stat().st_size // 10)
-    one_line(
+    one_line_error(
         nmt("average", run, "--last", 2, "-o", where / "averaged.pt"), f"{where / 'averaged.pt'}: {NO_SPACE}"
     )
     assert list(where.iterdir()) == []
@@ -182,7 +162,7 @@ def test_a_full_disk_at_an_average_is_one_line(trained, tmpfs):
 
 
 def prepare_args(toy_dir: Path, cache: Path) -> list:
-    items = [*TINY, f"data.dir={toy_dir}", f"data.cache_dir={cache}"]
+    items = [*TINY, "train.average_last=2", f"data.dir={toy_dir}", f"data.cache_dir={cache}"]
     return ["data", "prepare", "-c", "toy-luong.yaml", *[x for i in items for x in ("--set", i)]]
 
 
@@ -191,7 +171,7 @@ def test_a_file_size_limit_while_building_the_cache_names_the_file(trained, toy_
     (folder,) = [p for p in cache.iterdir() if p.is_dir()]
     tokens = folder / "train" / "src.tokens"
     new_cache = tmp_path / "cache"
-    line = one_line(nmt(*prepare_args(toy_dir, new_cache), limit=tokens.stat().st_size // 2), TOO_LARGE)
+    line = one_line_error(nmt(*prepare_args(toy_dir, new_cache), limit=tokens.stat().st_size // 2), TOO_LARGE)
     assert f"{new_cache / folder.name / 'train'}/" in line and "tokens" in line, line
     assert not [p for p in new_cache.rglob("*") if p.is_file()]  # nothing half-built left behind
 
@@ -200,7 +180,7 @@ def test_a_full_disk_while_building_the_cache_names_the_file(trained, toy_dir, t
     _, cache, _, _ = trained
     (folder,) = [p for p in cache.iterdir() if p.is_dir()]
     where = tmpfs((folder / "train" / "src.tokens").stat().st_size // 2)
-    line = one_line(nmt(*prepare_args(toy_dir, where)), NO_SPACE)
+    line = one_line_error(nmt(*prepare_args(toy_dir, where)), NO_SPACE)
     assert f"{where / folder.name / 'train'}/" in line, line  # e.g. .../train/src.tokens
     assert not [p for p in where.rglob("*") if p.is_file()]
 
@@ -212,14 +192,15 @@ def test_a_file_size_limit_while_releasing_is_one_line_and_writes_nothing(traine
     folder, _, run, _ = trained
     weights = (folder / "release" / "model.safetensors").stat().st_size
     out = tmp_path / "release"
-    one_line(nmt("release", run, "-o", out, limit=weights // 2), f"{out / 'model.safetensors'}: {TOO_LARGE}")
+    released = nmt("release", run, "-o", out, limit=weights // 2)
+    one_line_error(released, f"{out / 'model.safetensors'}: {TOO_LARGE}")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_full_disk_while_releasing_is_one_line_and_writes_nothing(trained, tmpfs):
     folder, _, run, _ = trained
     where = tmpfs((folder / "release" / "model.safetensors").stat().st_size // 2)
-    one_line(
+    one_line_error(
         nmt("release", run, "-o", where / "release"), f"{where / 'release' / 'model.safetensors'}: {NO_SPACE}"
     )
     assert list(where.iterdir()) == []
@@ -231,7 +212,7 @@ def test_a_file_size_limit_while_exporting_is_one_line_and_writes_nothing(traine
         pytest.skip("nmt export needs the onnx extra")
     graph = (folder / "export" / "encoder.onnx").stat().st_size
     out = tmp_path / "export"
-    one_line(nmt("export", run, "-o", out, limit=graph // 2), f"{out / 'encoder.onnx'}: {TOO_LARGE}")
+    one_line_error(nmt("export", run, "-o", out, limit=graph // 2), f"{out / 'encoder.onnx'}: {TOO_LARGE}")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -240,7 +221,8 @@ def test_a_full_disk_while_exporting_is_one_line_and_writes_nothing(trained, tmp
     if not exported:
         pytest.skip("nmt export needs the onnx extra")
     where = tmpfs((folder / "export" / "encoder.onnx").stat().st_size // 2)
-    one_line(nmt("export", run, "-o", where / "export"), f"{where / 'export' / 'encoder.onnx'}: {NO_SPACE}")
+    proc = nmt("export", run, "-o", where / "export")
+    one_line_error(proc, f"{where / 'export' / 'encoder.onnx'}: {NO_SPACE}")
     assert list(where.iterdir()) == []
 
 

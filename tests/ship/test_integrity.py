@@ -13,18 +13,10 @@ import pytest
 import torch
 
 from nmt.checkpoint import read_checkpoint, write_state
+from tests.conftest import one_line_error
 from tests.ship.conftest import invoke
 
 MANIFEST = "manifest.json"
-
-
-def one_line(result, *fragments: str) -> str:
-    assert result.exit_code == 2, (result.output, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def translate(model: Path, tmp_path: Path, *extra: str, code: int = 2):
@@ -80,33 +72,33 @@ def test_a_release_whose_weights_changed_on_disk_is_refused(copy, tmp_path):
     data = bytearray(weights.read_bytes())
     data[-4:] = b"\x00\x00\x80\x7f"  # the last float of the last tensor: +inf, same size
     weights.write_bytes(bytes(data))
-    one_line(translate(copy, tmp_path), str(weights), "sha256", "manifest.json")
+    one_line_error(translate(copy, tmp_path), str(weights), "sha256", "manifest.json")
 
 
-def test_a_release_with_weights_of_another_shape_is_one_line(copy, tmp_path):
+def test_a_release_with_weights_of_another_shape_is_one_line_error(copy, tmp_path):
     def smaller(weights):
         name = next(k for k in weights if k.endswith("embed.weight"))
         weights[name] = weights[name][:-1].clone()
 
     rewrite_weights(copy, smaller)
     refreshed(copy, "model.safetensors")
-    one_line(translate(copy, tmp_path), "embed.weight", "shape")
+    one_line_error(translate(copy, tmp_path), "embed.weight", "shape")
 
 
-def test_a_release_whose_sentencepiece_model_is_random_bytes_is_one_line(copy, tmp_path):
+def test_a_release_whose_sentencepiece_model_is_random_bytes_is_one_line_error(copy, tmp_path):
     (copy / "spm.model").write_bytes(bytes(range(256)) * 4)
     refreshed(copy, "spm.model")
-    one_line(translate(copy, tmp_path), str(copy / "spm.model"), "SentencePiece")
+    one_line_error(translate(copy, tmp_path), str(copy / "spm.model"), "SentencePiece")
 
 
-def test_a_release_with_non_finite_weights_is_one_line(copy, tmp_path):
+def test_a_release_with_non_finite_weights_is_one_line_error(copy, tmp_path):
     def nan(weights):
         name = next(iter(weights))
         weights[name] = torch.full_like(weights[name], float("nan"))
 
     rewrite_weights(copy, nan)
     refreshed(copy, "model.safetensors")
-    one_line(translate(copy, tmp_path), "not finite")
+    one_line_error(translate(copy, tmp_path), "not finite")
 
 
 def test_a_release_from_before_manifests_still_translates(copy, release, tmp_path):
@@ -118,7 +110,7 @@ def test_a_checkpoint_with_non_finite_weights_is_not_released(toy_run, tmp_path)
     state = read_checkpoint(toy_run)
     state["model"] = {k: torch.full_like(v, float("inf")) for k, v in state["model"].items()}
     write_state(tmp_path / "inf.pt", state)
-    one_line(invoke("release", tmp_path / "inf.pt", "-o", tmp_path / "out", code=2), "not finite")
+    one_line_error(invoke("release", tmp_path / "inf.pt", "-o", tmp_path / "out", code=2), "not finite")
     assert not (tmp_path / "out").exists()
 
 
@@ -156,27 +148,27 @@ def test_an_export_names_its_files_and_both_graphs_carry_its_id(exports):
     assert other["export_id"] != config["export_id"]
 
 
-def test_an_export_whose_config_is_not_json_is_one_line(exported, tmp_path):
+def test_an_export_whose_config_is_not_json_is_one_line_error(exported, tmp_path):
     (exported / "config.json").write_text('{"format": "nmt-onnx",')
-    one_line(onnx_translate(exported, tmp_path), str(exported / "config.json"), "JSON")
+    one_line_error(onnx_translate(exported, tmp_path), str(exported / "config.json"), "JSON")
 
 
 @pytest.mark.parametrize("key", ["decode", "max_len", "format"])
-def test_an_export_whose_config_lacks_a_section_is_one_line(exported, tmp_path, key):
+def test_an_export_whose_config_lacks_a_section_is_one_line_error(exported, tmp_path, key):
     config = json.loads((exported / "config.json").read_text())
     del config[key]
     (exported / "config.json").write_text(json.dumps(config))
-    one_line(onnx_translate(exported, tmp_path), str(exported / "config.json"), key)
+    one_line_error(onnx_translate(exported, tmp_path), str(exported / "config.json"), key)
 
 
 def test_an_export_with_the_decoder_graph_of_another_export_is_refused(exported, exports, tmp_path):
     shutil.copy(exports[1] / "decoder_step.onnx", exported / "decoder_step.onnx")
-    one_line(onnx_translate(exported, tmp_path), "decoder_step.onnx")
+    one_line_error(onnx_translate(exported, tmp_path), "decoder_step.onnx")
     refreshed(exported, "decoder_step.onnx")  # even with its checksum made to match: the ids differ
-    one_line(onnx_translate(exported, tmp_path), "decoder_step.onnx", "another export")
+    one_line_error(onnx_translate(exported, tmp_path), "decoder_step.onnx", "another export")
 
 
-def test_an_export_with_non_finite_weights_is_one_line(exported, tmp_path):
+def test_an_export_with_non_finite_weights_is_one_line_error(exported, tmp_path):
     import onnx
     from onnx import numpy_helper
 
@@ -189,10 +181,10 @@ def test_an_export_with_non_finite_weights_is_one_line(exported, tmp_path):
             tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
     onnx.save(model, exported / "decoder_step.onnx")
     refreshed(exported, "decoder_step.onnx")
-    one_line(onnx_translate(exported, tmp_path), "not finite")
+    one_line_error(onnx_translate(exported, tmp_path), "not finite")
 
 
-def test_an_export_with_a_tokenizer_of_another_vocabulary_is_one_line(exported, toy_dir, tmp_path):
+def test_an_export_with_a_tokenizer_of_another_vocabulary_is_one_line_error(exported, toy_dir, tmp_path):
     from nmt.config import TokenizerConfig
     from nmt.data.tokenizer import TokenizerPair
     from nmt.fileio import read_lines
@@ -201,7 +193,7 @@ def test_an_export_with_a_tokenizer_of_another_vocabulary_is_one_line(exported, 
     smaller = TokenizerPair.train(list(zip(*lines, strict=True)), TokenizerConfig(vocab_size=60))
     (exported / "spm.model").write_bytes(smaller.src.model_bytes)
     refreshed(exported, "spm.model")
-    one_line(onnx_translate(exported, tmp_path), "vocabulary")
+    one_line_error(onnx_translate(exported, tmp_path), "vocabulary")
 
 
 def test_an_export_from_before_manifests_still_translates(exported, exports, tmp_path):
