@@ -5,6 +5,8 @@ checkpoint."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,16 @@ class Learner:
             + (f", {world} processes" if world > 1 else "")
             + f"; memory allocator {describe_allocator()}"
         )
+
+    @contextmanager
+    def weights(self, state: dict[str, torch.Tensor]) -> Iterator[None]:
+        """The model with the weights `state` for a while (an average evaluated), then its own."""
+        own = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(state)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(own)
 
     def save(self, path: Path, cfg: Config, tok: TokenizerPair, run: dict[str, Any]) -> None:
         """A checkpoint of the weights and this state, with the run's own (`progress`, ...)."""

@@ -3,6 +3,7 @@ clock across sessions, and the loss window between two log lines."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,18 @@ class LogWindow:
 
     def add(self, nll: Tensor, tokens: int) -> None:
         self.nll, self.tokens = self.nll + nll, self.tokens + tokens
+
+    def sums(self) -> list:
+        """[NLL, tokens]: what a checkpoint keeps and what torchrun's processes add up."""
+        return [float(self.nll), self.tokens]
+
+    def entry(self, nll: float, tokens: int, progress: Progress, lr: float) -> dict[str, Any]:
+        """The log line's metrics entry: the window's loss, perplexity and speed (`nll` and
+        `tokens` summed over the processes)."""
+        rate, loss = tokens / (time.perf_counter() - self.start), nll / tokens
+        p = progress
+        entry = {"step": p.step, "epoch": p.epoch, "loss": loss, "ppl": math.exp(min(loss, 50))}
+        return entry | {"lr": lr, "tgt_tokens_per_s": rate, "skipped_steps": p.skipped_steps}
 
 
 @dataclass

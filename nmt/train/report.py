@@ -109,15 +109,34 @@ class RunReport:
             refresh=False,
         )
 
-    def hypotheses(self, translations: list[Translation], step: int) -> None:
-        """A validation's translations, one a line, in valid/step-N.txt."""
-        text = "".join(t.text + "\n" for t in translations)
-        atomic_write_text(self.run_dir / "valid" / f"step-{step}.txt", text)
+    def started(self, data_seconds: float) -> None:
+        """The start-up line, as this session's first step begins."""
+        self.log(f"start-up: {process_seconds():.1f} s to the first step (the data {data_seconds:.1f} s)")
 
-    def after_validation(self, translations: list[Translation], step: int) -> None:
-        """The training curves redrawn, and the first sentence's attention for the trackers."""
+    def averaged(self, step: int, scores: dict[str, float], count: int) -> None:
+        """The averaged checkpoint's scores, recorded beside the step's own and logged."""
+        self.record({"step": step, **{f"{k}_averaged": v for k, v in scores.items()}})
+        self.log(f"averaged last {count} checkpoints: valid BLEU {scores['valid_bleu']:.2f}")
+
+    def validated(
+        self,
+        step: int,
+        scores: dict[str, float],
+        seconds: float,
+        improved: bool,
+        translations: list[Translation],
+    ) -> None:
+        """A validation's line; its translations, one a line, in valid/step-N.txt; the training
+        curves redrawn, and the first sentence's attention for the trackers."""
         from nmt.plots import training_curves
 
+        self.log(
+            f"step {step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
+            f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}% "
+            f"({seconds:.1f} s)" + (" (best)" if improved else "")
+        )
+        text = "".join(t.text + "\n" for t in translations)
+        atomic_write_text(self.run_dir / "valid" / f"step-{step}.txt", text)
         training_curves(
             {self.run_dir.name: read_metrics(self.run_dir)}, self.run_dir / "plots" / "curves.png"
         )

@@ -1,15 +1,10 @@
 """The training loop: teacher-forced cross-entropy a step at a time until a budget is spent,
-validating and saving on the way.
-
-Its parts each live in a module of their own: `learner` (the model and one optimiser step),
-`epochs` (the batches), `budget` (when to stop), `validation` (loss and BLEU through the
-translate path), `checkpoints` (last, best, the k best, averages, repairs), `report` (log lines,
-metrics, trackers, curves), `signals` (Ctrl-C and SIGTERM), `progress` (what a resume continues
-from) and `distributed` (torchrun)."""
+validating and saving on the way. Its parts are modules of their own: `learner` (the model and
+one optimiser step), `epochs`, `budget`, `validation`, `checkpoints`, `report`, `signals`,
+`progress` (what a resume continues from) and `distributed` (torchrun)."""
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -20,7 +15,6 @@ from nmt.config import Config
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation
 from nmt.device import resolve_device
-from nmt.model.linear import drop_prepacked
 from nmt.rundir import CHECKPOINTS, LAST
 from nmt.train import distributed
 from nmt.train.budget import Budget
@@ -29,7 +23,7 @@ from nmt.train.epochs import Epochs, data_note, prepare_data
 from nmt.train.learner import Learner, check_finite
 from nmt.train.precision import Precision
 from nmt.train.progress import HIGHER_IS_BETTER, Clock, LogWindow, Progress, TrainResult
-from nmt.train.report import RunReport, process_seconds
+from nmt.train.report import RunReport
 from nmt.train.signals import Interrupted, StopRequest, stop_requests
 from nmt.train.validation import Validator
 
@@ -75,7 +69,6 @@ class Trainer:
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)
         self.started = False  # whether this session's first step has begun (start-up is over)
-        self.keeper.saved()  # last.pt is next due save_every_minutes from here
 
     def _restore(self, state: dict | None) -> list[str]:
         """Weights, optimiser, schedule, scaler, loss window and random state from a checkpoint;
@@ -85,8 +78,7 @@ class Trainer:
             self.report.forget_after(0)
             return []
         self.learner.restore(state, self.last)
-        if "window" in state:  # a stop between log steps: the next log line still covers its steps
-            self.window = LogWindow(*state["window"])
+        self.window = LogWindow(*state.get("window", ()))  # the next log line covers steps before a stop
         restore_rng(state["rng"], self.generator, self.rank, self.world)
         self.report.forget_after(self.progress.step)
         repaired = self.keeper.repair_best(self.progress.validations) if self.rank == 0 else ""
@@ -139,9 +131,7 @@ class Trainer:
             last = min(len(batches), p.batch_in_epoch + cfg.update_every)
             self._step([batches[k] for k in range(p.batch_in_epoch, last)])
             if p.step % cfg.valid_every == 0:
-                started = time.perf_counter()
                 self.last_valid = self.validate()
-                self.window.start += time.perf_counter() - started  # not training time
                 if self.budget.patience_spent():
                     return
             self._stop_if_asked()  # after the step's validation, so a resume does not skip it
@@ -156,8 +146,7 @@ class Trainer:
         p, schedule = self.progress, self.learner.schedule
         nll, tokens = self.train_step(groups)
         self.epochs.release()
-        p.step += 1
-        p.batch_in_epoch += len(groups)
+        p.step, p.batch_in_epoch = p.step + 1, p.batch_in_epoch + len(groups)
         schedule.on_step(p.step, self.budget.share(self.spent()[0]) if schedule.uses_budget else 0.0)
         self.window.add(nll, tokens)
         self.report.step_done()
@@ -187,25 +176,19 @@ class Trainer:
 
     # -- reporting, validating and saving on the way ----------------------------------------------
     def _begin(self) -> None:
-        """Before each epoch; before this session's first step, start-up ends: a signal received
-        since it began stops here, with nothing to save (`StopRequest.started`), and from now on
-        one stops at the next step boundary instead."""
-        if self.started:
-            return
-        self.stop.started()
-        self.started = True
-        seconds = f"{process_seconds():.1f} s to the first step (the data {self.data_seconds:.1f} s)"
-        self.report.log(f"start-up: {seconds}")
+        """Before each epoch. At this session's first, start-up ends: a signal received since it began
+        stops here (`StopRequest.started`); from now on one stops at the next step boundary."""
+        if not self.started:
+            self.stop.started()
+            self.started = True
+            self.report.started(self.data_seconds)
 
     def _log_window(self) -> None:
         """Loss, perplexity and speed over the steps since the last log line."""
         p = self.progress
-        nll, tokens = distributed.all_reduce_sums([float(self.window.nll), self.window.tokens], self.device)
+        nll, tokens = distributed.all_reduce_sums(self.window.sums(), self.device)
         check_finite(nll, self.learner.precision, f"by step {p.step}", self.last)
-        rate, loss = tokens / (time.perf_counter() - self.window.start), nll / tokens
-        entry = {"step": p.step, "epoch": p.epoch, "loss": loss, "ppl": math.exp(min(loss, 50))}
-        entry |= {"lr": self.learner.schedule.lr, "tgt_tokens_per_s": rate, "skipped_steps": p.skipped_steps}
-        self.report.show_window(entry)
+        self.report.show_window(self.window.entry(nll, tokens, p, self.learner.schedule.lr))
         self.window = LogWindow()
 
     def evaluate_model(self, attention: bool = False) -> tuple[dict[str, float], list[Translation]]:
@@ -219,8 +202,6 @@ class Trainer:
         scores, translations, value, improved = {}, [], 0.0, False
         if self.rank == 0:
             scores, translations = self.evaluate_model(attention=bool(self.report.trackers))
-            drop_prepacked()  # the next step changes every weight: their packed copies are stale
-            self.report.hypotheses(translations, p.step)
             value = scores[f"valid_{self.cfg.train.metric}"]
             improved = p.improves(value, self.higher_is_better)
         value, improved = distributed.broadcast_from_rank0((value, improved))
@@ -228,17 +209,13 @@ class Trainer:
         self.learner.schedule.on_validation(improved)
         seconds = time.perf_counter() - started
         p.valid_seconds += seconds
+        self.window.start += seconds  # not training time
         entry = {"step": p.step, "epoch": p.epoch, **scores, "valid_seconds": round(seconds, 2)}
         self.report.record(entry)
         self.save(LAST)
         if self.rank == 0:
             self.keeper.after_validation(p.validations, improved)
-            self.report.log(
-                f"step {p.step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
-                f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}% "
-                f"({seconds:.1f} s)" + (" (best)" if improved else "")
-            )
-            self.report.after_validation(translations, p.step)
+            self.report.validated(p.step, scores, seconds, improved, translations)
         return entry
 
     def _average(self) -> None:
@@ -246,14 +223,10 @@ class Trainer:
         averaged = self.keeper.average(self.progress.validations) if self.rank == 0 else None
         if averaged is None:
             return
-        current = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(averaged)
-        scores, _ = self.evaluate_model(attention=bool(self.report.trackers))
-        self._write_checkpoint("averaged.pt", [rng_state(self.generator)])
-        self.model.load_state_dict(current)
-        self.report.record({"step": self.progress.step, **{f"{k}_averaged": v for k, v in scores.items()}})
-        bleu = scores["valid_bleu"]
-        self.report.log(f"averaged last {self.cfg.train.average_last} checkpoints: valid BLEU {bleu:.2f}")
+        with self.learner.weights(averaged):
+            scores, _ = self.evaluate_model(attention=bool(self.report.trackers))
+            self._write_checkpoint("averaged.pt", [rng_state(self.generator)])
+        self.report.averaged(self.progress.step, scores, self.cfg.train.average_last)
 
     def save(self, name: str) -> None:
         """Every process calls this: rank 0 writes, with the random state of each process."""
@@ -264,8 +237,7 @@ class Trainer:
     def _write_checkpoint(self, name: str, rng_states: list[dict]) -> None:
         self.keeper.saved()
         progress = vars(self.progress) | {"elapsed": self.clock.elapsed()}
-        window = [float(self.window.nll), self.window.tokens]  # the loss since the last log line
-        run = {"progress": progress, "window": window, "rng": rng_record(rng_states)}
+        run = {"progress": progress, "window": self.window.sums(), "rng": rng_record(rng_states)}
         self.learner.save(self.run_dir / CHECKPOINTS / name, self.cfg, self.tok, run)
 
     def _stop_if_asked(self) -> None:

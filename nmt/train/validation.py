@@ -15,6 +15,7 @@ from nmt.data.sources import Pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation, Translator
 from nmt.evaluate.scoring import EvalOptions, evaluate, metrics
+from nmt.model.linear import drop_prepacked
 from nmt.train.loss import batch_loss
 from nmt.train.precision import Precision
 
@@ -63,6 +64,7 @@ class Validator:
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]
         report = evaluate({"valid": hyps}, refs, self.options).systems[0]
+        drop_prepacked()  # training changes every weight next: their packed copies are stale
         return {
             "valid_loss": nll / tokens,
             "valid_ppl": math.exp(min(nll / tokens, 50)),

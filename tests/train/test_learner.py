@@ -24,3 +24,16 @@ def test_a_state_of_one_group_meeting_two_is_refused_in_one_line(tmp_path):
         NMTError, match=r"last.pt: its optimiser has 1 parameter group\(s\), this run's has 2"
     ):
         learner.restore(state, tmp_path / "last.pt")
+
+
+def test_weights_lent_for_a_while_come_back_even_after_an_error():
+    """An averaged checkpoint is evaluated with its weights; training's own return afterwards."""
+    cpu = torch.device("cpu")
+    cfg = Config(data=DataConfig(src_lang="de", tgt_lang="en"), model=model_config())
+    learner = Learner(cfg, (V, V), cpu, Precision(cpu))
+    own = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    zeros = {k: torch.zeros_like(v) for k, v in own.items()}
+    with pytest.raises(RuntimeError), learner.weights(zeros):
+        assert all(not v.any() for v in learner.model.state_dict().values())
+        raise RuntimeError("evaluation failed")
+    assert all(torch.equal(v, own[k]) for k, v in learner.model.state_dict().items())

@@ -1,8 +1,9 @@
 """The counters a resume continues from: validations, the best value, patience, the clock."""
 
+import math
 import time
 
-from nmt.train.progress import Clock, Progress
+from nmt.train.progress import Clock, LogWindow, Progress
 
 
 def test_validations_track_the_best_and_the_misses_in_either_direction():
@@ -28,3 +29,12 @@ def test_the_clock_adds_this_sessions_seconds_to_the_checkpoints():
     clock = Clock(Progress(elapsed=100.0))
     time.sleep(0.01)
     assert 100.01 <= clock.elapsed() < 101.0
+
+
+def test_a_log_windows_entry_is_its_mean_loss_and_speed():
+    window = LogWindow(nll=12.0, tokens=6, start=time.perf_counter() - 2.0)
+    entry = window.entry(24.0, 12, Progress(step=40, epoch=1, skipped_steps=2), lr=0.001)
+    assert window.sums() == [12.0, 6]
+    assert entry["loss"] == 2.0 and abs(entry["ppl"] - math.exp(2.0)) < 1e-9
+    assert 5.0 < entry["tgt_tokens_per_s"] <= 6.0  # 12 tokens (all processes) in a bit over 2 s
+    assert (entry["step"], entry["epoch"], entry["lr"], entry["skipped_steps"]) == (40, 1, 0.001, 2)
