@@ -188,6 +188,11 @@ class DecodeConfig:
     coverage: float = setting(0.0, "GNMT coverage penalty weight beta")
     no_repeat_ngram: int = setting(0, "forbid repeating any n-gram of this size (0: off)")
     allow_unk: bool = setting(True, "False: never output the unknown token")
+    sample: bool = setting(False, "draw each token from the model's distribution instead of searching")
+    temperature: float = setting(1.0, "sampling: divides the logits (< 1 sharper, > 1 flatter)")
+    top_k: int = setting(0, "sampling: only from the k most probable tokens (0: all)")
+    top_p: float = setting(1.0, "sampling: only from the fewest tokens holding this much probability")
+    seed: int = setting(1, "sampling: a sentence's draws follow from the seed and its text alone")
 
 
 @dataclass
@@ -596,17 +601,26 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
 
 
+SAMPLING = ("temperature", "top_k", "top_p", "seed")  # the decode settings of sampling alone
+
+
 def validate_decode(d: DecodeConfig, source: str, given: Collection[str] = ()) -> None:
     """The checks of the `decode` section, also applied to settings given per command or call;
     `given`: the keys written there (the others are defaults, or the model's settings)."""
     for rule, keys in (
         ("positive_int", ("beam", "batch_size", "max_len")),
         ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio", "max_len_add")),
+        ("non_negative", ("top_k", "seed")),
+        ("positive", ("temperature",)),
+        ("decay", ("top_p",)),
     ):
         test, why = RULES[rule]
         for key in keys:
             if not test(getattr(d, key)):
                 raise NMTError(f"{source}: decode.{key}: {why}, got {show(getattr(d, key))}")
+    sampling = [k for k in SAMPLING if k in given and getattr(d, k) != getattr(DecodeConfig, k)]
+    if sampling and not d.sample:  # a checkpoint's config writes every key, at its default
+        raise NMTError(f"{source}: decode.{sampling[0]}: applies only when sampling; set sample: true (--sample)")
     if d.length_penalty != "none" and d.alpha == 0 and "length_penalty" in given and "alpha" not in given:
         # Only a penalty named without its exponent: gnmt with alpha 0 is the default, in every
         # checkpoint's config, and an explicit alpha 0 (a sweep's first value) means what it says.

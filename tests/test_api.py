@@ -98,6 +98,20 @@ def test_translate_takes_settings_per_call_and_a_single_string(translator, toy_d
         translator.translate(lines, beam=0)
 
 
+def test_samples_come_per_call_and_top_k_one_is_greedy(translator, toy_dir):
+    lines = (toy_dir / "test.human").read_text().splitlines()[:6]
+    drawn = translator.translate(lines, sample=True, nbest=3, temperature=2.0, seed=11)
+    assert all(len(t.texts) == 3 and t.scores == sorted(t.scores, reverse=True) for t in drawn)
+    alone = [translator.translate(line, sample=True, nbest=3, temperature=2.0, seed=11)[0] for line in lines]
+    assert [t.texts for t in drawn] == [t.texts for t in alone]
+    greedy = translator.translate(lines, beam=1)
+    assert [t.text for t in translator.translate(lines, sample=True, top_k=1)] == [t.text for t in greedy]
+    with pytest.raises(nmt.NMTError, match="decode.top_p: must be in"):
+        translator.translate(lines, sample=True, top_p=0.0)
+    with pytest.raises(nmt.NMTError, match="decode.temperature: applies only when sampling"):
+        translator.translate(lines, temperature=0.5)
+
+
 def test_attention_is_merged_by_word(translator):
     (t,) = translator.translate("Sonntag, 12. März 1989")
     weights, source, target = merge_attention(t.hypotheses[0].attention, t.src_pieces, t.tokens)

@@ -1,5 +1,6 @@
 """`nmt translate` options on a briefly trained toy model."""
 
+import itertools
 import json
 import shutil
 
@@ -84,6 +85,11 @@ def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_pat
         (["--batch-type", "words"], "'words' is not one of 'sentences', 'tokens'"),
         (["--bogus"], "No such option: --bogus (see nmt translate --help)"),
         (["-i", "missing.txt"], "file not found"),
+        (["--sample", "--temperature", "0"], "decode.temperature: must be a finite number > 0, got 0"),
+        (["--sample", "--top-p", "0"], "decode.top_p: must be in (0, 1], got 0"),
+        (["--sample", "--top-p", "1.5"], "decode.top_p: must be in (0, 1], got 1.5"),
+        (["--sample", "--top-k", "-1"], "decode.top_k: must be a finite number >= 0, got -1"),
+        (["--top-k", "5"], "decode.top_k: applies only when sampling; set sample: true (--sample)"),
     ],
 )
 def test_bad_options_fail_cleanly(model, args, message):
@@ -191,3 +197,34 @@ def test_a_file_is_translated_in_order_with_its_empty_lines(model, text, tmp_pat
     out = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
     expected = translate("-m", model, input="\n".join(text) + "\n").stdout.splitlines()
     assert out == [*expected[:5], "", *expected[5:], "", ""]
+
+
+def test_samples_follow_the_seed_and_top_k_one_is_greedy(model, text):
+    lines = "\n".join(text) + "\n"
+    drawn = translate("-m", model, "--sample", "--seed", 3, "--nbest", 4, "--temperature", 1.5, input=lines)
+    rows = [line.split("\t") for line in drawn.stdout.splitlines()]
+    assert [(int(r[0]), int(r[1])) for r in rows[:4]] == [(1, 1), (1, 2), (1, 3), (1, 4)]
+    assert len(rows) == 4 * len(text)
+    assert all(float(a[2]) >= float(b[2]) for a, b in itertools.pairwise(rows) if a[0] == b[0])  # best first
+    again = translate("-m", model, "--sample", "--seed", 3, "--nbest", 4, "--temperature", 1.5, input=lines)
+    assert again.stdout == drawn.stdout
+    in_small_batches = translate(
+        "-m",
+        model,
+        "--sample",
+        "--seed",
+        3,
+        "--nbest",
+        4,
+        "--temperature",
+        1.5,
+        "--batch-size",
+        3,
+        input=lines,
+    )
+    assert in_small_batches.stdout == drawn.stdout
+    other = translate("-m", model, "--sample", "--seed", 4, "--nbest", 4, "--temperature", 1.5, input=lines)
+    assert other.stdout != drawn.stdout
+    greedy = translate("-m", model, "--beam", 1, input=lines).stdout
+    assert translate("-m", model, "--sample", "--top-k", 1, input=lines).stdout == greedy
+    assert translate("-m", model, "--sample", "--top-p", 1e-6, input=lines).stdout == greedy

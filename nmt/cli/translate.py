@@ -50,8 +50,27 @@ NoUnkOption = Annotated[bool, typer.Option("--no-unk", help="Never output the un
 NbestOption = Annotated[
     int,
     typer.Option(
-        min=1, metavar="INT", help="Print K hypotheses a sentence, as TSV: index, rank, score, text."
+        min=1,
+        metavar="INT",
+        help="Print K hypotheses (with --sample: K samples) a sentence, as TSV: index, rank, score, text.",
     ),
+]
+SampleOption = Annotated[
+    bool | None,
+    typer.Option("--sample/--search", help="Draw each token from the model instead of searching."),
+]
+TemperatureOption = Annotated[
+    float | None, typer.Option(metavar="FLOAT", help="Sampling: divides the logits (< 1 sharper).")
+]
+TopKOption = Annotated[
+    int | None, typer.Option(metavar="INT", help="Sampling: only from the K most probable tokens (0: all).")
+]
+TopPOption = Annotated[
+    float | None,
+    typer.Option(metavar="FLOAT", help="Sampling: only from the fewest tokens holding this probability."),
+]
+SeedOption = Annotated[
+    int | None, typer.Option(metavar="INT", help="Sampling: the same seed, text and K give the same samples.")
 ]
 ScoresOption = Annotated[
     bool, typer.Option("--scores", help="Print each score before its translation, separated by a tab.")
@@ -95,6 +114,11 @@ def translate(
     max_len_add: MaxLenAddOption = None,
     no_repeat_ngram: NoRepeatNgramOption = None,
     no_unk: NoUnkOption = False,
+    sample: SampleOption = None,
+    temperature: TemperatureOption = None,
+    top_k: TopKOption = None,
+    top_p: TopPOption = None,
+    seed: SeedOption = None,
     nbest: NbestOption = 1,
     scores: ScoresOption = False,
     attention: AttentionOption = None,
@@ -108,31 +132,13 @@ def translate(
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
+    from dataclasses import fields
+
     from nmt.commands.translate import DecodeOptions, OutputOptions, run_translate
 
-    decode = DecodeOptions(
-        beam=beam,
-        batch_size=batch_size,
-        batch_type=batch_type,
-        alpha=alpha,
-        length_penalty=length_penalty,
-        coverage=coverage,
-        min_len=min_len,
-        max_len=max_len,
-        max_len_ratio=max_len_ratio,
-        max_len_add=max_len_add,
-        no_repeat_ngram=no_repeat_ngram,
-        no_unk=no_unk,
-    )
-    opts = OutputOptions(
-        nbest=nbest,
-        scores=scores,
-        attention=attention,
-        plot_attention=plot_attention,
-        plot_first=plot_first,
-        pieces=pieces,
-        dpi=dpi,
-    )
+    given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
+    decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
+    opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
     summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet)
     if summary:
         typer.echo(summary, err=True)

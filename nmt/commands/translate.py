@@ -37,6 +37,11 @@ class DecodeOptions:
     max_len_add: int | None = None
     no_repeat_ngram: int | None = None
     no_unk: bool = False  # never output the unknown token
+    sample: bool | None = None  # draw tokens instead of searching (nmt.decode.sampling)
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
 
     def overrides(self) -> dict:
         """The decode config's keys and their values (None: keep the config's)."""

@@ -14,6 +14,7 @@ attention is stored only when an output asks for it (or the coverage penalty nee
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -217,6 +218,7 @@ class Sentence:
     source: Source
     tokens: list[int] = field(default_factory=list)
     weights: list[Tensor] = field(default_factory=list)  # when attention is kept
+    draws: random.Random | None = None  # sampling: the sample's random stream (`nmt.decode.sampling`)
 
 
 class GreedyPool(Pool):
@@ -247,7 +249,7 @@ class GreedyPool(Pool):
     def step(self) -> Results:
         histories = [r.tokens for r in self.live] if self.cfg.no_repeat_ngram else None
         logp, self.state, w = self.log_probs(self.y, self.positions, histories)
-        best, self.y = logp.max(-1)
+        best, self.y = self.choose(logp)
         self.log_prob += best.double()
         self.positions += 1
         for row, token in zip(self.live, self.y.tolist(), strict=True):
@@ -270,6 +272,10 @@ class GreedyPool(Pool):
             score = final_score(log_prob[r], length, att, len(row.source.ids), self.cfg)
             yield row.source.key, [Hypothesis(row.tokens, score, log_prob[r], att)]
         self._keep(keep)
+
+    def choose(self, logp: Tensor) -> tuple[Tensor, Tensor]:
+        """Each row's next token and its log-probability: the most probable."""
+        return logp.max(-1)
 
     def _keep(self, keep: list[int]) -> None:
         if not keep:

@@ -17,6 +17,7 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.forced import ForcedScore, forced_decode
+from nmt.decode.sampling import sample
 from nmt.decode.search import StepModel, search
 from nmt.errors import NMTError
 from nmt.model.seq2seq import count_parameters
@@ -127,9 +128,10 @@ class Translator(TextTranslator):
     def _decode_stream(
         self, sources: Iterator[Source | None], nbest: int, attention: bool
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
-        """Continuous batching (`nmt.decode.search`): the pool refills from `sources`, which may
-        be live (None: nothing ready yet)."""
-        return search(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
+        """Continuous batching (`nmt.decode.search`, `nmt.decode.sampling`): the pool refills
+        from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples."""
+        decode = sample if self.cfg.sample else search
+        return decode(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 
 
 def load_translator(

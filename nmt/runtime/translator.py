@@ -25,6 +25,8 @@ class OnnxTranslator(TextTranslator):
         self.model = model
 
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
+        if self.cfg.sample:
+            raise NMTError("the onnx engine searches and does not sample; sample with --engine torch")
         src = np.full((len(rows), max(len(r) for r in rows)), PAD, dtype=np.int64)
         for i, r in enumerate(rows):
             src[i, : len(r)] = r

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from nmt.decode.translator import Translation, Translator
 from nmt.errors import NMTError
@@ -34,8 +34,13 @@ class Settings:
 
     model: str
     beam: int
-    nbest: int
+    nbest: int  # with sampling: the samples a sentence
     max_len: int | None  # None: the model's own decode.max_len
+    sample: bool | None = None  # sampling (`nmt.decode.sampling`); None: the model's own settings
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
 
 
 @dataclass(eq=False)
@@ -141,8 +146,9 @@ class Batcher:
 
     def _decode_pool(self, settings: Settings) -> None:
         """Decode the jobs with `settings` as one pool, admitting them as they come."""
+        decode = {k: v for k, v in asdict(settings).items() if k not in ("model", "nbest")}
         translator = self.translators[settings.model].configured(
-            beam=settings.beam, max_len=settings.max_len, batch_size=self.max_batch, batch_type="sentences"
+            **decode, batch_size=self.max_batch, batch_type="sentences"
         )
         admitted: list[Job] = []  # admitted and not yet answered
         encoded: dict[tuple[Job, int], tuple[list[int], bool]] = {}

@@ -25,6 +25,7 @@ class Limits:
     max_chars: int = 1000  # per sentence
     max_beam: int = 16
     max_nbest: int = 16
+    max_top_k: int = 1000  # a sampling request's top_k (0: every token)
     max_len: int = 512  # the largest `max_len` a request may set
     timeout_s: float = 30.0  # a body arriving longer is answered 408, an answer waiting longer 504
 
@@ -51,7 +52,10 @@ class TranslateRequest:
     attention: bool
 
 
-FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention")
+SAMPLING = ("temperature", "top_k", "top_p", "seed")  # fields that apply only with "sample": true
+FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention", "sample", *SAMPLING)
+MAX_TEMPERATURE = 100.0  # flatter than this is uniform noise
+MAX_SEED = 2**63 - 1
 MAX_DEPTH = 8  # arrays and objects inside one another; a request needs 2 ({"texts": [...]})
 MAX_DIGITS = 20  # digits of an integer literal: more fit no field (Python refuses over 4300)
 # What a sentence may not hold: lone surrogates (not Unicode text, and SentencePiece cannot
@@ -76,10 +80,17 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
     beam = _integer(data, "beam", limits.max_beam, default_beams[model])
     nbest = _integer(data, "nbest", limits.max_nbest, 1)
     max_len = _integer(data, "max_len", limits.max_len, None)
-    attention = data.get("attention", False)
-    if not isinstance(attention, bool):
-        raise RequestError(422, "attention: must be true or false")
-    return TranslateRequest(sentences, Settings(model, beam, nbest, max_len), attention)
+    attention, sample = _boolean(data, "attention", False), _boolean(data, "sample", None)
+    if not sample and (given := [key for key in SAMPLING if key in data]):
+        raise RequestError(422, f'{given[0]}: applies only when sampling; add "sample": true')
+    sampling = {
+        "temperature": _number(data, "temperature", MAX_TEMPERATURE),
+        "top_k": _integer(data, "top_k", limits.max_top_k, None, least=0),
+        "top_p": _number(data, "top_p", 1.0),
+        "seed": _integer(data, "seed", MAX_SEED, None, least=0),
+    }
+    settings = Settings(model, beam, nbest, max_len, sample, **sampling)
+    return TranslateRequest(sentences, settings, attention)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -176,14 +187,35 @@ def _check_sentence(where: str, s: str, limits: Limits) -> None:
         raise RequestError(422, f"{where}: {what} (U+{code:04X}) at character {found.start()}, not text")
 
 
-def _integer(data: dict[str, Any], key: str, most: int, default: int | None) -> int | None:
+def _integer(data: dict[str, Any], key: str, most: int, default: int | None, least: int = 1) -> int | None:
     if key not in data:
         return default
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(422, f"{key}: must be an integer")
-    if not 1 <= value <= most:
-        raise RequestError(422, f"{key}: must be between 1 and {most}, got {value}")
+    if not least <= value <= most:
+        raise RequestError(422, f"{key}: must be between {least} and {most}, got {value}")
+    return value
+
+
+def _number(data: dict[str, Any], key: str, most: float) -> float | None:
+    """A number in (0, most]; None when the field is absent (the model's own setting)."""
+    if key not in data:
+        return None
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(422, f"{key}: must be a number")
+    if not 0 < value <= most:  # NaN never reaches here: the parser refuses it
+        raise RequestError(422, f"{key}: must be above 0 and at most {most:g}, got {value}")
+    return float(value)
+
+
+def _boolean(data: dict[str, Any], key: str, default: bool | None) -> bool | None:
+    if key not in data:
+        return default
+    value = data[key]
+    if not isinstance(value, bool):
+        raise RequestError(422, f"{key}: must be true or false")
     return value
 
 

@@ -59,7 +59,8 @@ class Validator:
         the translations themselves (with their attention if asked, for the trackers)."""
         model.eval()
         nll, tokens = self.loss(objective, step, generator)
-        translator = Translator.from_config(model, self.tok, self.cfg, self.device)
+        # A search, whatever the decode section says of sampling: validation ranks checkpoints.
+        translator = Translator.from_config(model, self.tok, self.cfg, self.device, {"sample": False})
         translations = translator.translate([s for s, _ in self.translated], attention=attention)
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]

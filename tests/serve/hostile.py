@@ -9,7 +9,20 @@ import json
 
 from hypothesis import strategies as st
 
-FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention")
+FIELDS = (
+    "text",
+    "texts",
+    "model",
+    "beam",
+    "nbest",
+    "max_len",
+    "attention",
+    "sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+)
 MAX_SENTENCES, MAX_CHARS = 8, 200  # the limits the servers and the properties test with
 
 # Any text, and text of the characters that break things: NUL and other controls, line breaks,
@@ -53,6 +66,11 @@ RIGHT_KIND = {
     "nbest": st.integers(-2, 5),
     "max_len": st.integers(-2, 20),
     "attention": st.booleans(),
+    "sample": st.booleans(),
+    "temperature": st.floats(-1, 200),
+    "top_k": st.integers(-2, 2000),
+    "top_p": st.floats(-0.5, 1.5),
+    "seed": st.integers(-2, 2**64),
 }
 
 
@@ -129,6 +147,16 @@ def valid_requests(draw) -> bytes:
             data[name] = draw(values)
     if draw(st.booleans()):
         data["attention"] = draw(st.booleans())
+    if draw(st.booleans()):
+        data["sample"] = True
+        for name, values in [
+            ("temperature", st.floats(0.1, 5)),
+            ("top_k", st.integers(0, 50)),
+            ("top_p", st.floats(0.01, 1)),
+            ("seed", st.integers(0, 2**63 - 1)),
+        ]:
+            if draw(st.booleans()):
+                data[name] = draw(values)
     return encoded(data, draw)
 
 

@@ -36,6 +36,14 @@ def assert_within_limits(req: TranslateRequest, limits: Limits) -> None:
     assert type(nbest) is int and 1 <= nbest <= limits.max_nbest
     assert max_len is None or (type(max_len) is int and 1 <= max_len <= limits.max_len)
     assert type(req.attention) is bool
+    sampling = req.settings
+    assert sampling.sample in (None, True, False)
+    assert sampling.temperature is None or 0 < sampling.temperature <= 100
+    assert sampling.top_k is None or (type(sampling.top_k) is int and 0 <= sampling.top_k <= limits.max_top_k)
+    assert sampling.top_p is None or 0 < sampling.top_p <= 1
+    assert sampling.seed is None or (type(sampling.seed) is int and 0 <= sampling.seed < 2**63)
+    if sampling.sample is not True:
+        assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed) == (None,) * 4
 
 
 @PROPERTY

@@ -131,6 +131,29 @@ def test_concurrent_answers_equal_nmt_translate_byte_for_byte(server, model, lin
     assert by_greedy[len(lines) - 1]["truncated"] and not by_greedy[0]["truncated"]
 
 
+def test_sampled_answers_equal_nmt_translate_sampling_whatever_the_batch(server, model, lines):
+    """A sentence's samples follow from the seed and its text: one request a sentence, sent at
+    once beside greedy ones, gives what `nmt translate --sample` gives for the whole file."""
+    sampling = {"sample": True, "seed": 5, "nbest": 2, "temperature": 1.5}
+    expected = cli_translate(model, lines, "--sample", "--seed", "5", "--nbest", "2", "--temperature", "1.5")
+
+    def one(job):
+        index, settings = job
+        status, _, body = server.post({"text": lines[index], **settings})
+        assert status == 200, body
+        return index, settings, body["translations"][0]
+
+    jobs = [(i, sampling) for i in range(len(lines))] + [(i, {}) for i in range(len(lines))]
+    with ThreadPoolExecutor(16) as pool:
+        answers = [(i, t) for i, s, t in pool.map(one, jobs[::2] + jobs[1::2]) if s]
+    served = "".join(
+        f"{i + 1}\t{rank}\t{h['score']:.4f}\t{h['text']}\n"
+        for i, t in sorted(answers, key=lambda it: it[0])
+        for rank, h in enumerate(t["nbest"], 1)
+    )
+    assert served == expected
+
+
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
     status, _, body = server.post({"texts": lines[:8]})
     assert status == 200

@@ -24,6 +24,11 @@ def test_defaults_come_from_the_first_model():
         {"texts": ["a", "b"], "model": "second", "beam": 2, "nbest": 2, "max_len": 9, "attention": True}
     )
     assert req.settings == Settings("second", 2, 2, 9) and req.attention
+    req = parse(
+        {"text": "a", "sample": True, "nbest": 3, "temperature": 2, "top_k": 0, "top_p": 0.9, "seed": 7}
+    )
+    assert req.settings == Settings("first", 4, 3, None, True, 2.0, 0, 0.9, 7)
+    assert parse({"text": "a", "sample": False}).settings == Settings("first", 4, 1, None, False)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +53,19 @@ def test_defaults_come_from_the_first_model():
         ({"text": "a", "max_len": 1.5}, 422, "max_len: must be an integer"),
         ({"text": "a", "attention": "yes"}, 422, "attention: must be true or false"),
         ({"text": "a", "model": 1}, 422, "model: must be a string"),
+        ({"text": "a", "sample": 1}, 422, "sample: must be true or false"),
+        ({"text": "a", "top_k": 5}, 422, 'top_k: applies only when sampling; add "sample": true'),
+        ({"text": "a", "sample": False, "seed": 5}, 422, "seed: applies only when sampling"),
+        (
+            {"text": "a", "sample": True, "temperature": 0},
+            422,
+            "temperature: must be above 0 and at most 100",
+        ),
+        ({"text": "a", "sample": True, "temperature": "hot"}, 422, "temperature: must be a number"),
+        ({"text": "a", "sample": True, "top_p": 1.01}, 422, "top_p: must be above 0 and at most 1, got 1.01"),
+        ({"text": "a", "sample": True, "top_k": -1}, 422, "top_k: must be between 0 and 1000, got -1"),
+        ({"text": "a", "sample": True, "seed": 2.5}, 422, "seed: must be an integer"),
+        ({"text": "a", "sample": True, "seed": 2**64}, 422, "seed: must be between 0 and"),
         ({"text": "a", "model": "third"}, 422, "no model named 'third' (served: first, second)"),
         # Each of these answered 500 before (issue 42): RecursionError, ValueError, TypeError.
         (b"[" * 5000 + b"]" * 5000, 400, "nests arrays and objects more than 8 deep"),

@@ -96,8 +96,24 @@ def test_runtime_needs_no_torch(exported, translating_model, toy_dir):
     assert json.loads(result.stdout) == expected
 
 
-def test_engines_refuse_each_others_models_in_one_line(exported, toy_run, tmp_path):
+def test_engines_refuse_each_others_models_in_one_line(exported, toy_run, toy_dir, tmp_path):
     out, _ = exported
+    sampled = tmp_path / "sampled.txt"
+    args = (
+        "translate",
+        "-m",
+        out,
+        "--engine",
+        "onnx",
+        "--sample",
+        "-i",
+        toy_dir / "test.human",
+        "-o",
+        sampled,
+    )
+    result = invoke(*args, code=2)
+    assert "the onnx engine searches and does not sample; sample with --engine torch" in result.output
+    assert not sampled.exists()
     result = invoke("translate", "-m", toy_run, "--engine", "onnx", "-i", "/dev/null", code=2)
     assert "not an ONNX export" in result.output and len(result.output.strip().splitlines()) == 1
     result = invoke("translate", "-m", out, "-i", "/dev/null", code=2)
