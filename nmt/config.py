@@ -74,6 +74,9 @@ class TokenizerConfig:
         300_000, "sentences (a seeded sample) the tokenizer learns from: ~10 s and ~1 GB per 300k"
     )
     sampling_alpha: float = setting(0.0, "> 0: subword regularisation of training data (unigram only)")
+    user_symbols: list[str] = setting(
+        factory=list, doc="pieces always kept whole, e.g. a back-translation tag [<BT>] (nmt backtranslate)"
+    )
 
 
 @dataclass
@@ -122,6 +125,9 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
+    init_from: str = setting(
+        "", "fine-tuning: start from this checkpoint's weights and tokenizers (a run directory: its best)"
+    )
     seed: int = setting(1, "seed of every random generator of the run")
     batch_size: int = setting(64, "sentences per batch (per process under torchrun), or tokens")
     batch_type: Literal["sentences", "tokens"] = setting(
@@ -573,6 +579,9 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
     validate_decode(cfg.decode, source, given)
     if cfg.tokenizer.vocab_size < 8:
         fail("tokenizer.vocab_size", "must be at least 8")
+    for symbol in cfg.tokenizer.user_symbols:
+        if len(symbol.split()) != 1 or symbol != symbol.strip():
+            fail("tokenizer.user_symbols", f"{symbol!r}: each symbol is one word without spaces")
     memory = 2 * enc.hidden
     if att.type in ("dot", "scaled_dot") and dec.hidden != memory:
         fail(
@@ -620,7 +629,9 @@ def validate_decode(d: DecodeConfig, source: str, given: Collection[str] = ()) -
                 raise NMTError(f"{source}: decode.{key}: {why}, got {show(getattr(d, key))}")
     sampling = [k for k in SAMPLING if k in given and getattr(d, k) != getattr(DecodeConfig, k)]
     if sampling and not d.sample:  # a checkpoint's config writes every key, at its default
-        raise NMTError(f"{source}: decode.{sampling[0]}: applies only when sampling; set sample: true (--sample)")
+        raise NMTError(
+            f"{source}: decode.{sampling[0]}: applies only when sampling; set sample: true (--sample)"
+        )
     if d.length_penalty != "none" and d.alpha == 0 and "length_penalty" in given and "alpha" not in given:
         # Only a penalty named without its exponent: gnmt with alpha 0 is the default, in every
         # checkpoint's config, and an explicit alpha 0 (a sweep's first value) means what it says.

@@ -19,15 +19,24 @@ def train(
     resume: Annotated[
         Path | None, typer.Option(metavar="RUN_DIR", help="Continue the run in this directory.")
     ] = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="CHECKPOINT",
+            help="Fine-tune: start from this checkpoint or run (weights, tokenizers); "
+            "without --config, under its own config and --set.",
+        ),
+    ] = None,
     quiet: QuietOption = False,
 ) -> None:
-    """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy)."""
+    """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy), or fine-tune
+    one (nmt train --init-from runs/toy --set data.dir=new -o runs/toy-new)."""
     from nmt.train.signals import Interrupted
 
     try:
         from nmt.train.run import train as run_training  # torch: start-up has begun
 
-        result = run_training(config, set_ or [], output, resume, quiet)
+        result = run_training(config, set_ or [], output, resume, quiet, init_from)
     except (Interrupted, KeyboardInterrupt) as stop:  # the latter while importing, before run_training
         stopped = stop if isinstance(stop, Interrupted) else Interrupted.starting(stop, resume)
         typer.echo(str(stopped), err=True)

@@ -142,3 +142,48 @@ def translate(
     summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet)
     if summary:
         typer.echo(summary, err=True)
+
+
+@app.command()
+@user_errors
+def backtranslate(
+    model: Annotated[Path, model_option("The reverse model: it translates the monolingual text.")],
+    mono: Annotated[
+        Path, typer.Option(metavar="PATH", help="Monolingual text in the reverse model's source language.")
+    ],
+    output: Annotated[Path, output_option("New folder for the synthetic corpus.")],
+    parallel: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR", help="Also copy this corpus folder's splits, the synthetic pairs after its own."
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option(metavar="NAME", help="The training split's name.")] = "train",
+    tag: Annotated[
+        str, typer.Option(metavar="TAG", help="Put before each synthetic source ('' for none).")
+    ] = "<BT>",
+    beam: BeamOption = None,
+    batch_size: BatchSizeOption = None,
+    sample: SampleOption = None,
+    temperature: TemperatureOption = None,
+    top_k: TopKOption = None,
+    top_p: TopPOption = None,
+    seed: SeedOption = None,
+    device: DeviceOption = "auto",
+    quiet: QuietOption = False,
+) -> None:
+    """Back-translate monolingual text into a tagged synthetic corpus
+    (nmt backtranslate -m runs/en-de --mono mono.en --sample --parallel data/m30k -o data/m30k-bt)."""
+    from nmt.commands.backtranslate import run_backtranslate
+    from nmt.commands.translate import DecodeOptions
+
+    decode = DecodeOptions(
+        beam=beam,
+        batch_size=batch_size,
+        sample=sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
+    typer.echo(run_backtranslate(model, mono, output, decode, tag, parallel, split, device, quiet), err=True)

@@ -63,6 +63,7 @@ def train_tokenizer(sentences: list[str], cfg: TokenizerConfig) -> Tokenizer:
             bos_id=BOS,
             eos_id=EOS,
             hard_vocab_limit=False,  # small corpora (the toy task) may not fill the vocabulary
+            user_defined_symbols=cfg.user_symbols,
             input_sentence_size=cfg.input_sentence_size,
             shuffle_input_sentence=True,
             minloglevel=2,

@@ -10,18 +10,26 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import TRANSLATING, average_checkpoints, read_checkpoint
+from nmt.config import TrainConfig
 from nmt.errors import NMTError
 from nmt.fileio import atomic_copy
 from nmt.rundir import BEST, LAST
 from nmt.train import distributed
+from nmt.train.progress import HIGHER_IS_BETTER
 
 
 class CheckpointKeeper:
     def __init__(self, directory: Path, keep_best: int, average_last: int, higher_is_better: bool):
         self.directory = Path(directory)
         self.keep_best, self.average_last = keep_best, average_last
+        self.higher_is_better = higher_is_better
         self.sign = 1.0 if higher_is_better else -1.0
         self.last_save = time.perf_counter()
+
+    @classmethod
+    def of(cls, directory: Path, train: TrainConfig) -> CheckpointKeeper:
+        """The keeper a run's `train` settings ask for."""
+        return cls(directory, train.keep_best, train.average_last, HIGHER_IS_BETTER[train.metric])
 
     def saved(self) -> None:
         self.last_save = time.perf_counter()

@@ -20,9 +20,11 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.train import distributed
 
 
-def prepare_data(cfg: Config, tokenizers: TokenizerPair | None, progress: bool) -> tuple[PreparedData, float]:
+def prepare_data(cfg: Config, origin: dict | None, progress: bool) -> tuple[PreparedData, float]:
     """The data (and the seconds it took); under torchrun rank 0 builds the cache while the others
-    wait, then they read it. `tokenizers` are a resumed checkpoint's."""
+    wait, then they read it. `origin`: the checkpoint whose tokenizers encode it (a resumed or
+    fine-tuned run's)."""
+    tokenizers = origin and TokenizerPair.from_state(origin["tokenizers"])
     rank = distributed.rank_and_world()[0]
     if rank > 0:
         distributed.barrier()

@@ -36,9 +36,20 @@ def check_finite(nll: float, precision: Precision, steps: str, last_good: Path) 
 
 
 class Learner:
-    def __init__(self, cfg: Config, vocab: tuple[int, int], device: torch.device, precision: Precision):
+    def __init__(
+        self,
+        cfg: Config,
+        vocab: tuple[int, int],
+        device: torch.device,
+        precision: Precision,
+        weights: dict[str, torch.Tensor] | None = None,
+    ):
+        """`weights`: those the model starts from (fine-tuning), else it is initialised afresh."""
         self.cfg, self.model_cfg, self.device, self.precision = cfg.train, cfg.model, device, precision
-        self.model = Seq2Seq(cfg.model, *vocab).to(device)
+        self.model = Seq2Seq(cfg.model, *vocab)
+        if weights is not None:
+            self.model.load_state_dict(weights)
+        self.model.to(device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
         self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
         smoothing = cfg.train.label_smoothing

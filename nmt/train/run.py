@@ -18,6 +18,7 @@ from nmt.config import load_config
 from nmt.errors import NMTError
 from nmt.rundir import CHECKPOINTS, CONFIG, LAST, RunLock, check_new_run_dir, prepare_run_dir, resume_config
 from nmt.train import distributed
+from nmt.train.finetune import checkpoint_config, finetuned_name
 from nmt.train.progress import TrainResult
 from nmt.train.signals import Interrupted, StopRequest, stop_requests
 from nmt.train.trainer import Trainer
@@ -29,16 +30,23 @@ def train(
     out: str | Path | None,
     resume: str | Path | None,
     quiet: bool,
+    init_from: str | Path | None = None,
 ) -> TrainResult:
     """`nmt train`: a new run in `out`, or the continuation of the run in `resume`. `overrides`
-    are `--set` strings, or a {"section.key": value} dict (values as Python objects). SIGINT or
-    SIGTERM before the first step raises `Interrupted` (exit 130 or 143) with no run left behind."""
+    are `--set` strings, or a {"section.key": value} dict (values as Python objects). `init_from`:
+    fine-tune that checkpoint (`train.init_from`; without `config`, under the checkpoint's own).
+    SIGINT or SIGTERM before the first step raises `Interrupted` (exit 130 or 143) with no run
+    left behind."""
     if isinstance(overrides, dict):
         overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    if init_from is not None:
+        if resume:
+            raise NMTError("train: --init-from starts a new run; --resume continues one (give one of them)")
+        overrides = [*(overrides or []), f"train.init_from={json.dumps(str(init_from))}"]
     made: list[RunLock] = []  # the new run's lock, once this process has made its folder
     try:
         with stop_requests(starting=True) as request:
-            return _train(config, overrides or [], out, resume, quiet, request, made)
+            return _train(config, overrides or [], out, resume, quiet, request, made, init_from)
     except KeyboardInterrupt as stop:  # start-up: from the first step the trainer says Interrupted
         for lock in made:
             lock.discard()
@@ -56,6 +64,7 @@ def _train(
     quiet: bool,
     request: StopRequest,
     made: list[RunLock],
+    init_from: str | Path | None,
 ) -> TrainResult:
     """`train` under its start-up `request`: a stop a library swallowed is raised again at its
     checks, before the run folder is made and before training begins."""
@@ -66,7 +75,7 @@ def _train(
         if resume:
             trainer = _resumed(Path(resume), config, overrides, quiet, rank0, held)
         else:
-            trainer = _started(config, overrides, out, quiet, rank0, request, made)
+            trainer = _started(config, overrides, out, quiet, rank0, request, made, init_from)
         request.check()
         return trainer.train()
 
@@ -79,13 +88,16 @@ def _started(
     rank0: bool,
     request: StopRequest,
     made: list[RunLock],
+    init_from: str | Path | None,
 ) -> Trainer:
     """A trainer for a new run: data and model are ready before the folder exists; its lock goes
     into `made`."""
-    if config is None:
-        raise NMTError("train: give --config FILE (or --resume RUN_DIR)")
-    cfg = load_config(config, overrides)
-    run_dir = Path(out) if out else Path("runs") / Path(config).stem
+    if config is None and init_from is None:
+        raise NMTError("train: give --config FILE (or --resume RUN_DIR, or --init-from CHECKPOINT)")
+    cfg = load_config(config, overrides) if config is not None else checkpoint_config(init_from, overrides)
+    run_dir = (
+        Path(out) if out else Path("runs") / (Path(config).stem if config else finetuned_name(init_from))
+    )
     check_new_run_dir(run_dir)
     trainer = Trainer(cfg, run_dir, quiet=quiet)
     request.check()  # a stop a library swallowed: before the folder exists

@@ -12,7 +12,6 @@ import torch
 
 from nmt.checkpoint import read_checkpoint
 from nmt.config import Config
-from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation
 from nmt.device import resolve_device
 from nmt.rundir import CHECKPOINTS, LAST
@@ -20,9 +19,10 @@ from nmt.train import distributed
 from nmt.train.budget import Budget
 from nmt.train.checkpoints import CheckpointKeeper, restore_rng, rng_record, rng_state
 from nmt.train.epochs import Epochs, data_note, prepare_data
+from nmt.train.finetune import start_notes, starting_point
 from nmt.train.learner import Learner, check_finite
 from nmt.train.precision import Precision
-from nmt.train.progress import HIGHER_IS_BETTER, Clock, LogWindow, Progress, TrainResult
+from nmt.train.progress import Clock, LogWindow, Progress, TrainResult
 from nmt.train.report import RunReport
 from nmt.train.signals import Interrupted, StopRequest, stop_requests
 from nmt.train.validation import Validator
@@ -52,19 +52,19 @@ class Trainer:
         self.clock = Clock(self.progress, session_start)
         self.report = RunReport(self.run_dir, self.rank, quiet, self.clock)
         self.budget = Budget(train, self.progress, self.clock, self.device)
-        tokenizers = checkpoint and TokenizerPair.from_state(checkpoint["tokenizers"])
-        data, self.data_seconds = prepare_data(cfg, tokenizers, progress=not self.report.quiet)
+        start = None if checkpoint else starting_point(cfg)  # fine-tuning: the checkpoint to start from
+        origin = checkpoint or (start and start.state)  # whose tokenizers encode the data
+        data, self.data_seconds = prepare_data(cfg, origin, progress=not self.report.quiet)
         self.tok, self.epochs = data.tokenizers, Epochs(cfg, data, self.device)
         valid = data.held_out["valid"]
         self.validator = Validator(cfg, self.tok, valid.corpus, valid.pairs, self.device, self.precision)
-        self.learner = Learner(cfg, (len(self.tok.src), len(self.tok.tgt)), self.device, self.precision)
+        vocab = (len(self.tok.src), len(self.tok.tgt))
+        self.learner = Learner(cfg, vocab, self.device, self.precision, start and start.weights())
         self.model = self.learner.model
-        self.higher_is_better = HIGHER_IS_BETTER[train.metric]
-        self.keeper = CheckpointKeeper(
-            self.last.parent, train.keep_best, train.average_last, self.higher_is_better
-        )
+        self.keeper = CheckpointKeeper.of(self.last.parent, train)
         self.window = LogWindow()  # the loss since the last log line
         describe = [data_note(data, len(self.validator.translated)), self.learner.describe(self.world)]
+        describe += start_notes(start, data.train)
         self.notes = [*describe, *self._restore(checkpoint)]  # logged as training starts
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)
@@ -203,7 +203,7 @@ class Trainer:
         if self.rank == 0:
             scores, translations = self.evaluate_model(attention=bool(self.report.trackers))
             value = scores[f"valid_{self.cfg.train.metric}"]
-            improved = p.improves(value, self.higher_is_better)
+            improved = p.improves(value, self.keeper.higher_is_better)
         value, improved = distributed.broadcast_from_rank0((value, improved))
         p.add_validation(value, improved)
         self.learner.schedule.on_validation(improved)

@@ -1,0 +1,105 @@
+"""Fine-tuning: a new run that starts from a trained checkpoint's weights and tokenizers
+(`train.init_from`, `nmt train --init-from`), with a fresh optimiser, schedule and step count.
+
+The new data is encoded with the checkpoint's tokenizers, so the vocabulary cannot break; what
+the model is (its architecture, its tokenizer, its languages and normalisation) must agree with
+the checkpoint, and anything that does not is named in one line. What training does (dropout,
+learning rate, budgets, data) is the new run's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt.checkpoint import TRANSLATING, model_weights, read_checkpoint, resolve_checkpoint
+from nmt.config import Config, apply_override, config_from_dict
+from nmt.data.corpus import EncodedCorpus
+from nmt.errors import NMTError
+from nmt.rundir import CHECKPOINTS, flatten
+from nmt.vocab import UNK
+
+# Keys a fine-tuning run may change: how the model is trained, not what it is.
+TRAINING_KEYS = ("model.dropout", "model.encoder.dropout", "model.decoder.dropout", "model.attention.dropout")
+TRAINING_KEYS += ("tokenizer.sampling_alpha", "tokenizer.num_threads", "tokenizer.input_sentence_size")
+# The sections, whole or in part, that say what a model is.
+MODEL_KEYS = ("model.", "tokenizer.", "data.src_lang", "data.tgt_lang", "data.normalize")
+
+
+def checkpoint_config(path: str | Path, overrides: list[str]) -> Config:
+    """The config a checkpoint was trained with, under `overrides` (`--set`): the config of a
+    fine-tuning run given no `--config`."""
+    state = read_checkpoint(Path(path), entries=("config",))
+    raw = json.loads(json.dumps(state["config"]))  # a copy that overrides may change
+    for item in overrides:
+        apply_override(raw, item)
+    return config_from_dict(raw, source=f"{resolve_checkpoint(Path(path))} (its config, with --set)")
+
+
+def finetuned_name(path: str | Path) -> str:
+    """The default run folder name of a run fine-tuned from `path`: its run's name + "-finetuned"."""
+    checkpoint = resolve_checkpoint(Path(path))
+    run = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+    return f"{run.resolve().name}-finetuned"
+
+
+@dataclasses.dataclass
+class Start:
+    """The checkpoint a fine-tuning run starts from, and its contents."""
+
+    path: Path
+    state: dict[str, Any]
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return model_weights(self.state)
+
+
+def starting_point(cfg: Config) -> Start | None:
+    """The checkpoint a fine-tuning run starts from, checked to agree with `cfg`; None when
+    `train.init_from` is not set."""
+    if not cfg.train.init_from:
+        return None
+    path = resolve_checkpoint(Path(cfg.train.init_from))
+    state = read_checkpoint(path, mmap=True, entries=TRANSLATING)
+    check_agrees(cfg, config_from_dict(state["config"], source=f"{path} (its config)"), path)
+    return Start(path, state)
+
+
+def check_agrees(cfg: Config, theirs: Config, path: Path) -> None:
+    """Refuse, naming the first key, a config whose model differs from the checkpoint's."""
+    ours, checkpoint = flatten(dataclasses.asdict(cfg)), flatten(dataclasses.asdict(theirs))
+    for key, value in ours.items():
+        if key.startswith(MODEL_KEYS) and key not in TRAINING_KEYS and checkpoint.get(key) != value:
+            raise NMTError(
+                f"train.init_from: {key} is {json.dumps(checkpoint.get(key))} in {path} but "
+                f"{json.dumps(value)} in this config; a fine-tuned model keeps its checkpoint's model "
+                "and tokenizer: set it as the checkpoint has it (without --config, the checkpoint's "
+                "config is the starting one)"
+            )
+
+
+def unknown_rates(corpus: EncodedCorpus) -> tuple[float, float]:
+    """The share of source and target pieces that are the unknown piece: how much of the new
+    data the checkpoint's tokenizers cannot spell."""
+    return tuple(
+        float(np.count_nonzero(side.tokens == UNK)) / max(1, len(side.tokens))
+        for side in (corpus.src, corpus.tgt)
+    )  # type: ignore[return-value]
+
+
+def start_notes(start: Start | None, corpus: EncodedCorpus) -> list[str]:
+    """The line a fine-tuning run starts with: where from, and how well its tokenizers fit the
+    data (none for a run that starts afresh)."""
+    if start is None:
+        return []
+    step = start.state.get("progress", {}).get("step", "?")
+    src, tgt = unknown_rates(corpus)
+    return [
+        f"fine-tuning from {start.path} (step {step}): optimiser, schedule and step count start "
+        f"afresh; unknown pieces in the training data: {src:.2%} of source, {tgt:.2%} of target"
+    ]
