@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +30,16 @@ def setting(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = No
     if factory is not None:
         return field(default_factory=factory, metadata={"doc": doc})
     return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class CorpusConfig:
+    """One training corpus of several, drawn from in proportion to its weight."""
+
+    train: str = setting(doc="the split name: {dir}/{train}.{lang} files")
+    dir: str = setting("", "their folder; empty: data.dir")
+    weight: float = setting(1.0, "its share of each epoch, relative to the others' weights")
+    tag: str = setting("", "put before each of its sources (kept one piece), e.g. <BT> for back-translation")
 
 
 @dataclass
@@ -61,6 +71,9 @@ class DataConfig:
     normalize: Literal["NFC", "NFKC", "none"] = setting("NFC", "Unicode normalisation of every input")
     errors: Literal["strict", "replace"] = setting("strict", "invalid UTF-8: stop, or replace with U+FFFD")
     cache_dir: str = setting("data/cache", "encoded splits and tokenizers, keyed by a fingerprint")
+    corpora: list[CorpusConfig] = setting(
+        factory=list, doc="several training corpora, each with a weight and a tag, in place of `train`"
+    )
 
 
 @dataclass
@@ -582,6 +595,7 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
     for symbol in cfg.tokenizer.user_symbols:
         if len(symbol.split()) != 1 or symbol != symbol.strip():
             fail("tokenizer.user_symbols", f"{symbol!r}: each symbol is one word without spaces")
+    validate_corpora(cfg, fail)
     memory = 2 * enc.hidden
     if att.type in ("dot", "scaled_dot") and dec.hidden != memory:
         fail(
@@ -608,6 +622,31 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         fail("data.join", f"must be 0 (off) or at least 2 (join runs of 2 .. K pairs), got {cfg.data.join}")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
+
+
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+def validate_corpora(cfg: Config, fail: Callable[[str, str], None]) -> None:
+    """`data.corpora`: text files, positive weights, tags that are one word and no special piece."""
+    d = cfg.data
+    seen = set()
+    for i, corpus in enumerate(d.corpora):
+        key = f"data.corpora[{i}]"
+        if not (0 < corpus.weight < float("inf")):
+            fail(f"{key}.weight", f"must be a finite number > 0, got {show(corpus.weight)}")
+        if corpus.tag and (len(corpus.tag.split()) != 1 or corpus.tag != corpus.tag.strip()):
+            fail(f"{key}.tag", f"{corpus.tag!r}: a tag is one word without spaces")
+        if corpus.tag in SPECIAL_PIECES:
+            fail(f"{key}.tag", f"{corpus.tag!r} is a special piece of every tokenizer; choose another tag")
+        where = (corpus.dir or d.dir, corpus.train)
+        if where in seen:
+            fail(f"{key}.train", f"{where[0]}/{where[1]} is listed twice; give each corpus once, weighted")
+        seen.add(where)
+    if d.corpora and d.format != "text":
+        fail("data.corpora", "several corpora are read from text files (data.format: text)")
+    if d.corpora and cfg.tokenizer.sampling_alpha:
+        fail("data.corpora", "does not combine with tokenizer.sampling_alpha yet; use one of them")
 
 
 SAMPLING = ("temperature", "top_k", "top_p", "seed")  # the decode settings of sampling alone
@@ -663,6 +702,8 @@ def describe_config(cfg: Config) -> str:
                 lines.append(f"{indent}{f.name}:{comment}")
                 walk(value, indent + "  ")
             else:
+                if isinstance(value, list):  # data.corpora: a list of sections
+                    value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
                 text = yaml.safe_dump(
                     {f.name: value}, default_flow_style=True, allow_unicode=True, width=10**6
                 )

@@ -103,10 +103,34 @@ class EpochPlan:
         return EpochPlan(self.order, self.starts, self.sequence[rank:usable:world])
 
 
+def weighted_order(parts: list[int], weights: list[float], seed: int, epoch: int) -> np.ndarray:
+    """An epoch's pairs when training draws from several corpora (`data.corpora`, one after the
+    other in the training data, `parts` pairs each) in the ratio of their `weights`: as many pairs
+    as the corpora hold together, each corpus's share w / sum(w) of them (rounded by largest
+    remainder); a corpus gives every pair once before any twice. Seeded by the epoch, so a
+    resumed run draws the same."""
+    rng = np.random.default_rng([seed, epoch, len(parts)])
+    total, shares = sum(parts), np.asarray(weights, dtype=np.float64) / sum(weights)
+    counts = np.floor(shares * total).astype(np.int64)
+    counts[np.argsort(-(shares * total - counts), kind="stable")[: total - counts.sum()]] += 1
+    drawn, start = [], 0
+    for size, count in zip(parts, counts.tolist(), strict=True):
+        full, rest = divmod(count, size)
+        drawn += [start + rng.permutation(size) for _ in range(full)] + [start + rng.permutation(size)[:rest]]
+        start += size
+    return np.concatenate(drawn).astype(np.int32)
+
+
 def length_grouped_batches(
-    corpus: EncodedCorpus, batch_size: int, seed: int, epoch: int, batch_type: str = "sentences"
+    corpus: EncodedCorpus,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    batch_type: str = "sentences",
+    pairs: np.ndarray | None = None,
 ) -> EpochPlan:
-    """Batches of similar-length sentences, in a seeded random order that differs by epoch.
+    """Batches of similar-length sentences, in a seeded random order that differs by epoch;
+    `pairs`: the epoch's pairs (`weighted_order`), else every pair once.
 
     Sentences are shuffled, cut into pools of ~POOL_BATCHES batches, sorted by target length
     (then source length) inside each pool, and cut into batches of `batch_size` sentences, or of
@@ -117,7 +141,7 @@ def length_grouped_batches(
     """
     rng = np.random.default_rng([seed, epoch])
     src_len, tgt_len = corpus.src.lengths, corpus.tgt.lengths
-    order = np.arange(len(corpus), dtype=np.int32)
+    order = np.arange(len(corpus), dtype=np.int32) if pairs is None else pairs.copy()
     rng.shuffle(order)
     per_pool = POOL_BATCHES * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
     starts: list[np.ndarray] = []

@@ -16,6 +16,7 @@ trusted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import shutil
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.config import Config
@@ -44,6 +45,7 @@ class Cached:
     tokenizers: TokenizerPair
     train: EncodedCorpus
     dropped: Counter  # training pairs removed, by reason
+    parts: list[int] = field(default_factory=list)  # pairs of each of `data.corpora`, one after the other
 
 
 def digest(pairs: Pairs) -> str:
@@ -98,7 +100,8 @@ def read(cache: Path, tokenizers: TokenizerPair | None) -> Cached | None:
             return None
         if mismatch(cache / "train", meta["layout"]["files"]) is not None:
             return None
-        return Cached(tok, EncodedCorpus.open(cache / "train", meta["layout"]), Counter(meta["dropped"]))
+        train = EncodedCorpus.open(cache / "train", meta["layout"])
+        return Cached(tok, train, Counter(meta["dropped"]), meta.get("parts", [len(train)]))
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError):
         return None
 
@@ -116,10 +119,12 @@ def write(
         (folder / "train").mkdir(parents=True)
         dropped: Counter = Counter()
         vocab = max(len(tok.src), len(tok.tgt))
+        parts = [0] * max(1, len(cfg.data.corpora))
         with bar, CorpusWriter(folder / "train", vocab, cfg.data.max_len) as writer:
             for chunk in encoded:
                 writer.append(chunk.corpus)
                 dropped += chunk.dropped
+                parts[chunk.part] += len(chunk.corpus)
                 bar.update(chunk.read)
         if dropped["empty side"] == pairs:
             raise NMTError("data: the training set is empty after dropping pairs with an empty side")
@@ -127,8 +132,10 @@ def write(
             raise NMTError(
                 f"data: no training pair left after filtering ({dict(dropped)}); check data.max_len"
             )
-        _write_meta(folder, tok, writer.layout, dropped, cfg)
-    return Cached(tok, EncodedCorpus.open(cache / "train", writer.layout), dropped)
+        if cfg.data.corpora and 0 in parts:
+            raise NMTError(f"data.corpora[{parts.index(0)}]: no training pair left after filtering; check it")
+        _write_meta(folder, tok, writer.layout, dropped, cfg, parts)
+    return Cached(tok, EncodedCorpus.open(cache / "train", writer.layout), dropped, parts)
 
 
 @contextlib.contextmanager
@@ -187,7 +194,9 @@ def _cached_tokenizers(cache: Path, meta: dict) -> TokenizerPair:
     return TokenizerPair.from_state(state)
 
 
-def _write_meta(folder: Path, tok: TokenizerPair, layout: dict, dropped: Counter, cfg: Config) -> None:
+def _write_meta(
+    folder: Path, tok: TokenizerPair, layout: dict, dropped: Counter, cfg: Config, parts: list[int]
+) -> None:
     """The tokenizers, then meta.json with the training files' checksums (`layout["files"]`):
     written last, so a cache with a meta.json is whole. Plain writes: the folder is renamed into
     place whole."""
@@ -197,8 +206,9 @@ def _write_meta(folder: Path, tok: TokenizerPair, layout: dict, dropped: Counter
     meta = {
         "dropped": dict(dropped),
         "pairs": layout["pairs"],
+        "parts": parts,
         "layout": layout,
-        "config": {"data": vars(cfg.data), "tokenizer": vars(cfg.tokenizer)},
+        "config": {"data": dataclasses.asdict(cfg.data), "tokenizer": dataclasses.asdict(cfg.tokenizer)},
         "tokenizer_sha256": {side: hashlib.sha256(m).hexdigest() for side, m in state.items()},
     }
     _write(folder / META, json.dumps(meta, indent=1).encode("utf-8"))

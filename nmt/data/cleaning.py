@@ -52,6 +52,7 @@ class Cleaned:
     targets: list[str]
     dropped: Counter
     read: int  # pairs of the split read for it (before cleaning and joining)
+    part: int = 0  # which of `data.corpora` it comes from
 
 
 def clean_chunks(chunks: Iterable[Chunk], cfg: DataConfig) -> Iterator[Cleaned]:
@@ -60,7 +61,7 @@ def clean_chunks(chunks: Iterable[Chunk], cfg: DataConfig) -> Iterator[Cleaned]:
     for chunk in chunks:
         cleaned, dropped = clean_pairs(zip(chunk.sources, chunk.targets, strict=True), cfg)
         pairs = cleaned + joined_pairs(cleaned, cfg.join)
-        yield Cleaned([s for s, _ in pairs], [t for _, t in pairs], dropped, len(chunk))
+        yield Cleaned([s for s, _ in pairs], [t for _, t in pairs], dropped, len(chunk), chunk.part)
 
 
 def describe_dropped(dropped: Counter) -> str:

@@ -27,6 +27,7 @@ class Encoded:
     corpus: EncodedCorpus
     dropped: Counter
     read: int  # pairs of the split read for it
+    part: int = 0  # which of `data.corpora` it comes from
 
 
 def encode(sources: list[str], targets: list[str], tok: TokenizerPair) -> EncodedCorpus:
@@ -56,7 +57,7 @@ def encode_chunks(chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig
     """Each cleaned chunk encoded and filtered by length."""
     for chunk in chunks:
         corpus, too_long = kept_by_length(encode(chunk.sources, chunk.targets, tok), cfg)
-        yield Encoded(corpus, chunk.dropped + too_long, chunk.read)
+        yield Encoded(corpus, chunk.dropped + too_long, chunk.read, chunk.part)
 
 
 def sample_chunks(

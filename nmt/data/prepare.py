@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,16 @@ from nmt.data import cache
 from nmt.data.cleaning import clean_chunks, clean_held_out, clean_pairs, describe_dropped
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.encoding import encode, encode_chunks, sample_chunks
-from nmt.data.sources import DatasetPairs, Pairs, TextPairs, describe_split, load_split, pick, train_pairs
+from nmt.data.sources import (
+    CorporaPairs,
+    DatasetPairs,
+    Pairs,
+    TextPairs,
+    describe_split,
+    load_split,
+    pick,
+    train_pairs,
+)
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 
@@ -44,6 +53,7 @@ class PreparedData:
     dropped: Counter = field(default_factory=Counter)  # training pairs removed, by reason
     cache_dir: Path | None = None
     from_cache: bool = False
+    parts: list[int] = field(default_factory=list)  # training pairs of each of `data.corpora`, in order
 
 
 def prepare(
@@ -71,7 +81,7 @@ def prepare(
     splits = {
         name: held_out_split(cfg, name, pairs, cached.tokenizers, folder) for name, pairs in raw.items()
     }
-    return PreparedData(cached.tokenizers, cached.train, splits, cached.dropped, folder, found)
+    return PreparedData(cached.tokenizers, cached.train, splits, cached.dropped, folder, found, cached.parts)
 
 
 def _check_not_empty(cfg: Config, train: int, held_out: dict[str, Pairs]) -> None:
@@ -87,7 +97,9 @@ def _check_not_empty(cfg: Config, train: int, held_out: dict[str, Pairs]) -> Non
         )
 
 
-def train_tokenizers(source: TextPairs | DatasetPairs, pairs: int, cfg: Config) -> TokenizerPair:
+def train_tokenizers(
+    source: TextPairs | DatasetPairs | CorporaPairs, pairs: int, cfg: Config
+) -> TokenizerPair:
     """SentencePiece models learnt from the cleaned training pairs: every pair while the corpus
     fits in `tokenizer.input_sentence_size` sentences, else a seeded uniform sample of that many,
     so memory stops growing with the corpus here too."""
@@ -100,7 +112,10 @@ def train_tokenizers(source: TextPairs | DatasetPairs, pairs: int, cfg: Config) 
     ]
     if not sample:
         raise NMTError("data: the training set is empty after dropping pairs with an empty side")
-    return TokenizerPair.train(sample, cfg.tokenizer)
+    tags = [c.tag for c in cfg.data.corpora if c.tag and c.tag not in cfg.tokenizer.user_symbols]
+    return TokenizerPair.train(
+        sample, replace(cfg.tokenizer, user_symbols=[*cfg.tokenizer.user_symbols, *tags])
+    )
 
 
 def sample_lines(pairs: int, cfg: TokenizerConfig) -> np.ndarray | None:

@@ -84,6 +84,7 @@ class Chunk:
     first: int
     sources: list[str]
     targets: list[str]
+    part: int = 0  # which of `data.corpora` it comes from (0 for a single training split)
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -95,7 +96,9 @@ def pick(chunks: Iterable[Chunk], lines: np.ndarray) -> Iterator[Chunk]:
     for chunk in chunks:
         lo, hi = np.searchsorted(lines, [chunk.first - 1, chunk.first - 1 + len(chunk)])
         rows = lines[lo:hi] - (chunk.first - 1)
-        yield Chunk(chunk.first, [chunk.sources[i] for i in rows], [chunk.targets[i] for i in rows])
+        yield Chunk(
+            chunk.first, [chunk.sources[i] for i in rows], [chunk.targets[i] for i in rows], chunk.part
+        )
 
 
 @dataclass
@@ -184,8 +187,45 @@ class DatasetPairs:
             first += len(sources)
 
 
-def train_pairs(cfg: DataConfig) -> TextPairs | DatasetPairs:
+class CorporaPairs:
+    """Several training corpora (`data.corpora`) read one after the other as one split: each
+    chunk comes from one corpus (`Chunk.part`), its sources tagged, its line numbers counted
+    across all of them."""
+
+    def __init__(self, cfg: DataConfig):
+        self.parts = [
+            TextPairs(
+                *(Path(c.dir or cfg.dir) / f"{c.train}.{lang}" for lang in (cfg.src_lang, cfg.tgt_lang)),
+                cfg.errors,
+            )
+            for c in cfg.corpora
+        ]
+        self.tags = [c.tag for c in cfg.corpora]
+        self.sizes: list[int] = []  # each corpus's pairs, once scanned
+
+    def scan(self) -> Scan:
+        """The corpora's digests and tags in one digest, and their total size."""
+        h, scans = hashlib.sha256(), [part.scan() for part in self.parts]
+        for scan, tag in zip(scans, self.tags, strict=True):
+            h.update(f"{scan.digest}\t{tag}\n".encode())
+        self.sizes = [scan.pairs for scan in scans]
+        return Scan(h.hexdigest(), sum(self.sizes))
+
+    def chunks(self, size: int) -> Iterator[Chunk]:
+        before = 0
+        for index, (part, tag) in enumerate(zip(self.parts, self.tags, strict=True)):
+            read = 0
+            for chunk in part.chunks(size):
+                sources = [f"{tag} {s}" for s in chunk.sources] if tag else chunk.sources
+                yield Chunk(before + chunk.first, sources, chunk.targets, index)
+                read = chunk.first - 1 + len(chunk)
+            before += read
+
+
+def train_pairs(cfg: DataConfig) -> TextPairs | DatasetPairs | CorporaPairs:
     """The training split as a stream of chunks (`load_split` reads a whole split instead)."""
+    if cfg.corpora:
+        return CorporaPairs(cfg)
     if cfg.format == "text" or _manifest_is_current(cfg, ("train",)):
         return TextPairs(
             text_path(cfg, "train", cfg.src_lang), text_path(cfg, "train", cfg.tgt_lang), cfg.errors

@@ -1,4 +1,4 @@
-"""The data a run trains on: prepared once (`prepare_data`, described by `data_note`), then the
+"""The data a run trains on: prepared once (`prepare_data`, described by `data_notes`), then the
 training pairs as batches, an epoch at a time.
 
 An epoch's batches are a function of the seed and the epoch, so a resumed run finds its place
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from nmt.config import Config
-from nmt.data.batching import Batch, EpochPlan, collate, length_grouped_batches
+from nmt.data.batching import Batch, EpochPlan, collate, length_grouped_batches, weighted_order
 from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import PreparedData, prepare, sampled_train
 from nmt.data.tokenizer import TokenizerPair
@@ -36,23 +37,39 @@ def prepare_data(cfg: Config, origin: dict | None, progress: bool) -> tuple[Prep
     return data, seconds
 
 
-def data_note(data: PreparedData, translated: int) -> str:
-    """The line a run starts with about its data: pairs kept and dropped, validation pairs (and
-    how many of them BLEU scores), vocabulary sizes, and whether the cache was reused."""
+def corpora_note(cfg: Config, parts: list[int]) -> str:
+    """Each corpus's pairs and the share of an epoch drawn from it (counted in the first epoch's
+    draw, rounding included): what `data.corpora`'s weights came to."""
+    first = weighted_order(parts, [c.weight for c in cfg.data.corpora], cfg.train.seed, 0)
+    drawn = np.bincount(np.searchsorted(np.cumsum(parts), first, side="right"), minlength=len(parts))
+    shares = [
+        f"{c.dir or cfg.data.dir}/{c.train} {size} pairs{f' tagged {c.tag}' if c.tag else ''}: "
+        f"{count / drawn.sum():.1%} of an epoch"
+        for c, size, count in zip(cfg.data.corpora, parts, drawn.tolist(), strict=True)
+    ]
+    return "corpora: " + "; ".join(shares)
+
+
+def data_notes(cfg: Config, data: PreparedData, translated: int) -> list[str]:
+    """The lines a run starts with about its data: pairs kept and dropped, validation pairs (and
+    how many of them BLEU scores), vocabulary sizes, whether the cache was reused; the corpora's
+    shares when there are several."""
     pairs, tok = len(data.held_out["valid"].pairs), data.tokenizers
-    return (
+    corpora = [corpora_note(cfg, data.parts)] if cfg.data.corpora else []
+    return [
         f"data: {len(data.train)} training pairs (dropped: {describe_dropped(data.dropped)}), "
         f"{pairs} validation pairs"
         + (f" (BLEU on {translated})" if translated < pairs else "")
         + f"; vocabulary {len(tok.src)}/{len(tok.tgt)}"
-        + (" (cached)" if data.from_cache else "")
-    )
+        + (" (cached)" if data.from_cache else ""),
+        *corpora,
+    ]
 
 
 class Epochs:
     def __init__(self, cfg: Config, data: PreparedData, device: torch.device):
         self.cfg, self.tok, self.device = cfg, data.tokenizers, device
-        self.corpus = data.train
+        self.corpus, self.parts = data.train, data.parts
         self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
         self.current = 0  # batches in the current epoch, once it has started
 
@@ -62,8 +79,17 @@ class Epochs:
         if self.cfg.tokenizer.sampling_alpha and self.sampled_epoch != epoch:
             self.corpus = sampled_train(self.cfg, self.tok, cfg.seed * 1000 + epoch)
             self.sampled_epoch = epoch
-        plan = length_grouped_batches(self.corpus, cfg.batch_size, cfg.seed, epoch, cfg.batch_type)
+        plan = length_grouped_batches(
+            self.corpus, cfg.batch_size, cfg.seed, epoch, cfg.batch_type, self.drawn(epoch)
+        )
         return plan.shard(*distributed.rank_and_world())
+
+    def drawn(self, epoch: int) -> np.ndarray | None:
+        """The pairs of `epoch` drawn from several weighted corpora; None: every pair once."""
+        corpora = self.cfg.data.corpora
+        if not corpora:
+            return None
+        return weighted_order(self.parts, [c.weight for c in corpora], self.cfg.train.seed, epoch)
 
     def start(self, epoch: int) -> EpochPlan:
         """The batches of the epoch training enters now."""

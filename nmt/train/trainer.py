@@ -18,7 +18,7 @@ from nmt.rundir import CHECKPOINTS, LAST
 from nmt.train import distributed
 from nmt.train.budget import Budget
 from nmt.train.checkpoints import CheckpointKeeper, restore_rng, rng_record, rng_state
-from nmt.train.epochs import Epochs, data_note, prepare_data
+from nmt.train.epochs import Epochs, data_notes, prepare_data
 from nmt.train.finetune import start_notes, starting_point
 from nmt.train.learner import Learner, check_finite
 from nmt.train.precision import Precision
@@ -63,7 +63,7 @@ class Trainer:
         self.model = self.learner.model
         self.keeper = CheckpointKeeper.of(self.last.parent, train)
         self.window = LogWindow()  # the loss since the last log line
-        describe = [data_note(data, len(self.validator.translated)), self.learner.describe(self.world)]
+        describe = [*data_notes(cfg, data, len(self.validator.translated)), self.learner.describe(self.world)]
         describe += start_notes(start, data.train)
         self.notes = [*describe, *self._restore(checkpoint)]  # logged as training starts
         self.last_valid: dict = {}  # the newest validation's entry
