@@ -141,6 +141,10 @@ class TrainConfig:
     init_from: str = setting(
         "", "fine-tuning: start from this checkpoint's weights and tokenizers (a run directory: its best)"
     )
+    freeze: list[Literal["embeddings", "encoder"]] = setting(
+        factory=list, doc="fine-tuning: parts left as they are for the first freeze_steps steps"
+    )
+    freeze_steps: int = setting(0, "how many steps train.freeze holds (0: the whole run)")
     seed: int = setting(1, "seed of every random generator of the run")
     batch_size: int = setting(64, "sentences per batch (per process under torchrun), or tokens")
     batch_type: Literal["sentences", "tokens"] = setting(
@@ -542,6 +546,7 @@ RANGES = {
     ],
     "non_negative": [
         "tokenizer.sampling_alpha",
+        "train.freeze_steps",
         "train.lr",
         "train.weight_decay",
         "train.warmup_steps",

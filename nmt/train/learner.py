@@ -80,10 +80,23 @@ class Learner:
                 check_finite(float(sums.nll), self.precision, f"at step {step + 1}", last_good)
             self.precision.backward(sums.objective * world / step_tokens)
             nll, tokens = nll + sums.nll.double(), tokens + sums.tokens
+        for parameter in self.frozen(step):
+            parameter.grad = None  # no gradient: the optimiser leaves it (and its state) alone
         taken = self.precision.step(self.model, self.optimizer, self.cfg.clip)
         # Gradients go now, not before the next step: none are held while validating.
         self.optimizer.zero_grad(set_to_none=True)
         return nll, tokens, taken
+
+    def frozen(self, step: int) -> list[torch.nn.Parameter]:
+        """The parameters `train.freeze` holds at `step` (0-based): the embeddings of both sides,
+        or the whole encoder (its embeddings included), for the first `freeze_steps` steps."""
+        if not self.cfg.freeze or (self.cfg.freeze_steps and step >= self.cfg.freeze_steps):
+            return []
+        parts = {
+            "embeddings": [self.model.encoder.embed, self.model.decoder.embed],
+            "encoder": [self.model.encoder],
+        }
+        return [p for name in self.cfg.freeze for module in parts[name] for p in module.parameters()]
 
     def describe(self, world: int) -> str:
         """The line a run starts with about its model and where it trains."""
@@ -93,6 +106,8 @@ class Learner:
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
             + (f", {world} processes" if world > 1 else "")
             + f"; memory allocator {describe_allocator()}"
+            + (f"; frozen: {', '.join(self.cfg.freeze)}" if self.cfg.freeze else "")
+            + (f" for the first {self.cfg.freeze_steps} steps" if self.cfg.freeze and self.cfg.freeze_steps else "")
         )
 
     @contextmanager

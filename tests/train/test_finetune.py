@@ -132,3 +132,27 @@ def test_without_an_output_the_run_is_named_after_the_checkpoints(base, tmp_path
     shutil.copytree(base, copy)
     train("--init-from", copy, "--set", "train.max_steps=1", "--set", "train.valid_every=1")
     assert (tmp_path / "runs" / "m30k-finetuned" / "checkpoints" / "last.pt").is_file()
+
+
+@pytest.mark.parametrize(
+    ("part", "names"), [("encoder", ("encoder.",)), ("embeddings", ("encoder.embed.", "decoder.embed."))]
+)
+def test_a_frozen_part_keeps_the_checkpoints_weights_for_its_steps(base, new_domain, tmp_path, part, names):
+    first, later = tmp_path / "first", tmp_path / "later"
+    common = [
+        f"data.dir={new_domain}",
+        f"train.freeze=[{part}]",
+        "train.freeze_steps=3",
+        "train.valid_every=3",
+    ]
+    train("--init-from", base, *sets([*common, "train.max_steps=3"]), "-o", first)
+    train("--init-from", base, *sets([*common, "train.max_steps=6"]), "-o", later)
+    old = read_checkpoint(base / "checkpoints" / "best.pt")["model"]
+    for run, frozen_still in ((first, True), (later, False)):
+        new = read_checkpoint(run / "checkpoints" / "last.pt")["model"]
+        held = {k: torch.equal(v, old[k]) for k, v in new.items() if k.startswith(names)}
+        assert all(held.values()) if frozen_still else not any(held.values()), held
+        assert not any(
+            torch.equal(v, old[k]) for k, v in new.items() if not k.startswith(("encoder.", "decoder.embed."))
+        )
+    assert f"frozen: {part} for the first 3 steps" in (first / "train.log").read_text()
