@@ -201,15 +201,13 @@ class CorporaPairs:
             for c in cfg.corpora
         ]
         self.tags = [c.tag for c in cfg.corpora]
-        self.sizes: list[int] = []  # each corpus's pairs, once scanned
 
     def scan(self) -> Scan:
         """The corpora's digests and tags in one digest, and their total size."""
         h, scans = hashlib.sha256(), [part.scan() for part in self.parts]
         for scan, tag in zip(scans, self.tags, strict=True):
             h.update(f"{scan.digest}\t{tag}\n".encode())
-        self.sizes = [scan.pairs for scan in scans]
-        return Scan(h.hexdigest(), sum(self.sizes))
+        return Scan(h.hexdigest(), sum(scan.pairs for scan in scans))
 
     def chunks(self, size: int) -> Iterator[Chunk]:
         before = 0
