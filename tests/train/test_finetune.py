@@ -2,6 +2,7 @@
 optimiser and step count, the new data encoded with the old tokenizers and its unknown pieces
 counted; a config whose model or tokenizer differs is refused in one line, nothing written."""
 
+import json
 import shutil
 
 import pytest
@@ -156,3 +157,25 @@ def test_a_frozen_part_keeps_the_checkpoints_weights_for_its_steps(base, new_dom
             torch.equal(v, old[k]) for k, v in new.items() if not k.startswith(("encoder.", "decoder.embed."))
         )
     assert f"frozen: {part} for the first 3 steps" in (first / "train.log").read_text()
+
+
+def test_old_data_mixed_in_by_weight_is_encoded_with_the_checkpoints_tokenizers(
+    base, new_domain, toy_dir, tmp_path
+):
+    run = tmp_path / "mixed"
+    corpora = json.dumps(
+        [{"train": "train", "dir": str(new_domain), "weight": 4}, {"train": "train", "dir": str(toy_dir)}]
+    )
+    train(
+        "--init-from",
+        base,
+        *sets([f"data.corpora={corpora}", "train.max_steps=2", "train.valid_every=2"]),
+        "-o",
+        run,
+    )
+    log = (run / "train.log").read_text()
+    assert (
+        f"corpora: {new_domain}/train 301 pairs: 80.0% of an epoch; {toy_dir}/train 1500 pairs: 20.0%" in log
+    )
+    old = read_checkpoint(base / "checkpoints" / "last.pt")["tokenizers"]
+    assert read_checkpoint(run / "checkpoints" / "last.pt")["tokenizers"] == old
