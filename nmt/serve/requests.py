@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nmt.config import SAMPLING  # the fields that apply only with "sample": true
 from nmt.decode.translator import Translation
 from nmt.serve.batcher import Settings
 
@@ -52,7 +53,6 @@ class TranslateRequest:
     attention: bool
 
 
-SAMPLING = ("temperature", "top_k", "top_p", "seed")  # fields that apply only with "sample": true
 FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention", "sample", *SAMPLING)
 MAX_TEMPERATURE = 100.0  # flatter than this is uniform noise
 MAX_SEED = 2**63 - 1
