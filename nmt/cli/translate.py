@@ -90,6 +90,10 @@ QuantizeOption = Annotated[
     Literal["none", "int8"],
     typer.Option(help="int8: an int8 decoder for CPU decoding; faster, outputs change slightly."),
 ]
+PrefixesOption = Annotated[
+    Path | None,
+    typer.Option(metavar="PATH", help="Target prefixes, one a line beside the input's ('' for none)."),
+]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
     typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -129,6 +133,7 @@ def translate(
     device: DeviceOption = "auto",
     quantize: QuantizeOption = "none",
     engine: EngineOption = "torch",
+    prefixes: PrefixesOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
@@ -139,7 +144,7 @@ def translate(
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet)
+    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, prefixes)
     if summary:
         typer.echo(summary, err=True)
 

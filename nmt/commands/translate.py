@@ -102,15 +102,16 @@ def run_translate(
     quantize: str = "none",
     engine: str = "torch",
     quiet: bool = False,
+    prefixes: Path | None = None,
 ) -> str:
     """The whole `nmt translate`: the outputs checked, the models loaded on `engine` (torch or
-    onnx), the input translated; returns a summary line for stderr ('' when nothing to say)."""
-    check_outputs(
-        {"-o": output, "--attention": opts.attention}, {"-i": input, **{f"-m {m}": m for m in models}}
-    )
+    onnx), the input translated; returns a summary line for stderr ('' when nothing to say).
+    `prefixes`: a file of target prefixes, one a line beside the input's ('' for none)."""
+    inputs = {"-i": input, "--prefixes": prefixes, **{f"-m {m}": m for m in models}}
+    check_outputs({"-o": output, "--attention": opts.attention}, inputs)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
-    return translate_files(translator, input, output, opts, quiet)
+    return translate_files(translator, input, output, opts, quiet, prefixes)
 
 
 def load_engine(
@@ -129,7 +130,12 @@ def load_engine(
 
 
 def translate_files(
-    translator: TextTranslator, input: Path | None, output: Path | None, opts: OutputOptions, quiet: bool
+    translator: TextTranslator,
+    input: Path | None,
+    output: Path | None,
+    opts: OutputOptions,
+    quiet: bool,
+    prefixes: Path | None = None,
 ) -> str:
     """The input translated, its results written; returns a summary line for stderr ('' when
     nothing to say).
@@ -153,7 +159,10 @@ def translate_files(
             tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5)
         )
         keep_attention = bool(opts.attention or opts.plot_attention)
-        results = translator.iter_translate(lines, opts.nbest, progress=bar.update, attention=keep_attention)
+        starts = iter_lines(prefixes) if prefixes else None
+        results = translator.iter_translate(
+            lines, opts.nbest, progress=bar.update, attention=keep_attention, prefixes=starts
+        )
         for index, t in enumerate(results, 1):
             out.write(format_translation(index, t, opts))
             if output is None:

@@ -79,7 +79,9 @@ def sample(
             if source is None:  # a live feed with nothing ready
                 yield None
             else:
-                yield from (Source((source.key, j), source.ids, source.max_len) for j in range(n))
+                yield from (
+                    Source((source.key, j), source.ids, source.max_len, source.prefix) for j in range(n)
+                )
 
     drawn: dict[Any, list] = {}
     pool = SamplePool(model, cfg, device, attention or cfg.coverage > 0)

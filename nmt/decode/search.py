@@ -88,14 +88,27 @@ class Feed:
         return group
 
 
-def step_log_probs(model: StepModel, y: Tensor, state, mem, positions: Tensor, histories, cfg: DecodeConfig):
+def step_log_probs(
+    model: StepModel, y: Tensor, state, mem, positions: Tensor, histories, cfg: DecodeConfig, forced=None
+):
     """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
-    state and the attention weights (R, S)."""
+    state and the attention weights (R, S). `forced`: a token per row that must come next (a
+    target prefix; -1 for none), the only one left to that row, with the model's log-probability
+    of it whatever the settings forbid."""
     logits, state, weights = model.step(y, state, mem, positions)
     logits = logits.float()
     # In place: one (R, V) tensor a step instead of two, 10 MB each for a beam of 5 x 64 rows.
     torch.log_softmax(logits, dim=-1, out=logits)
-    return restrict(logits, positions, histories, cfg), state, weights
+    rows = [r for r, token in enumerate(forced or []) if token >= 0]
+    if not rows:
+        return restrict(logits, positions, histories, cfg), state, weights
+    rows_t = torch.tensor(rows, device=logits.device)
+    tokens = torch.tensor([forced[r] for r in rows], device=logits.device)
+    kept = logits[rows_t, tokens]
+    restrict(logits, positions, histories, cfg)
+    logits[rows_t] = NEG_INF
+    logits[rows_t, tokens] = kept
+    return logits, state, weights
 
 
 def search(
@@ -131,6 +144,7 @@ class Pool:
         self.state: Any = None
         self.pages = FreePages() if self.release_past else None
         self.step_bytes = 0  # the size of the widest step's log-probabilities
+        self.prefixed = False  # whether a sentence with a target prefix has joined
 
     @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
     def run(self, feed: Feed) -> Results:
@@ -152,16 +166,24 @@ class Pool:
 
     def log_probs(self, y: Tensor, positions: Tensor, histories) -> tuple[Tensor, Any, Tensor]:
         """`step_log_probs` for the pool's rows."""
-        logp, state, w = step_log_probs(self.model, y, self.state, self.mem, positions, histories, self.cfg)
+        forced = self.forced() if self.prefixed else None
+        logp, state, w = step_log_probs(
+            self.model, y, self.state, self.mem, positions, histories, self.cfg, forced
+        )
         self.step_bytes = max(self.step_bytes, logp.nbytes)
         return logp, state, w
+
+    def forced(self) -> list[int]:
+        """The token each row must take next (its sentence's prefix not yet written), or -1."""
+        raise NotImplementedError
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
         src, src_len = pad_sources([s.ids for s in group])
         return self.model.encode(src.to(self.device), src_len)
 
-    def extend(self, mem: Any, state: Any) -> None:
+    def extend(self, mem: Any, state: Any, group: list[Source]) -> None:
         """The new sentences' memory and state after the pool's own."""
+        self.prefixed = self.prefixed or any(s.prefix for s in group)
         if self.mem is None:
             self.mem, self.state = mem, state
         else:
@@ -238,7 +260,7 @@ class GreedyPool(Pool):
     def join(self, group: list[Source]) -> None:
         mem, state = self.encode(group)
         n = len(group)
-        self.extend(mem, state)
+        self.extend(mem, state, group)
         self.y = cat(self.y, torch.full((n,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
         self.log_prob = cat(self.log_prob, torch.zeros(n, dtype=torch.float64, device=self.device))
@@ -276,6 +298,9 @@ class GreedyPool(Pool):
     def choose(self, logp: Tensor) -> tuple[Tensor, Tensor]:
         """Each row's next token and its log-probability: the most probable."""
         return logp.max(-1)
+
+    def forced(self) -> list[int]:
+        return [_next(row.source.prefix, len(row.tokens)) for row in self.live]
 
     def _keep(self, keep: list[int]) -> None:
         if not keep:
@@ -341,7 +366,7 @@ class BeamPool(Pool):
         n, K = len(group), self.K
         state = state.select(torch.arange(n, device=self.device).repeat_interleave(K))
         mem = mem.share(K)  # K state rows per sentence, one memory row
-        self.extend(mem, state)
+        self.extend(mem, state, group)
         scores = torch.full((n, K), NEG_INF, dtype=torch.float64, device=self.device)
         scores[:, 0] = 0.0  # all beams start identical: only the first may spread
         self.scores = cat(self.scores, scores)
@@ -394,6 +419,9 @@ class BeamPool(Pool):
                 keep.append(i)
         self._keep(keep, parent_rows, state)
 
+    def forced(self) -> list[int]:
+        return [_next(trail.source.prefix, len(trail.tokens)) for trail in self.live for _ in range(self.K)]
+
     def _finish(self, trail: Trail, candidate: int, log_prob: float) -> None:
         tokens, rows = trail.path(candidate)
         att = torch.stack([trail.weights[t][r] for t, r in enumerate(rows)]) if self.keep_attention else None
@@ -419,3 +447,8 @@ class BeamPool(Pool):
             self.mem = packed.memory(self.mem)
             self.live = [self.live[i] for i in packed.order]
         self.state = state.select(parent_rows)
+
+
+def _next(prefix: list[int], written: int) -> int:
+    """The prefix token due after `written` tokens, or -1 once the prefix is written."""
+    return prefix[written] if written < len(prefix) else -1

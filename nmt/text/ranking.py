@@ -8,7 +8,7 @@ engines rank with the same arithmetic.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nmt.config import DecodeConfig
@@ -25,6 +25,7 @@ class Source:
     key: Any  # returned with the hypotheses: the line number, or a server's (job, sentence)
     ids: list[int]
     max_len: int
+    prefix: list[int] = field(default_factory=list)  # target ids every hypothesis starts with
 
 
 @dataclass

@@ -113,14 +113,26 @@ class TextTranslator:
         return sentences * longest <= self.cfg.batch_size
 
     def translate(
-        self, sentences: str | list[str], nbest: int = 1, attention: bool = True, **settings: object
+        self,
+        sentences: str | list[str],
+        nbest: int = 1,
+        attention: bool = True,
+        prefixes: str | list[str] | None = None,
+        **settings: object,
     ) -> list[Translation]:
         """Translations of `sentences` in their order (a single string is one sentence), each
         with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call.
-        `attention=False` skips keeping the attention weights (faster on long inputs)."""
+        `attention=False` skips keeping the attention weights (faster on long inputs).
+        `prefixes`: a target prefix for each sentence ("" for none) that its translation starts
+        with, the search going on from there."""
         translator = self.configured(**settings) if settings else self
         lines = [sentences] if isinstance(sentences, str) else list(sentences)
-        return list(translator.iter_translate(lines, nbest, attention=attention))
+        starts = [prefixes] if isinstance(prefixes, str) else prefixes
+        if starts is not None and len(starts) != len(lines):
+            raise NMTError(
+                f"prefixes: {len(starts)} for {len(lines)} sentences; give one for each ('' for none)"
+            )
+        return list(translator.iter_translate(lines, nbest, attention=attention, prefixes=starts))
 
     def iter_translate(
         self,
@@ -128,29 +140,34 @@ class TextTranslator:
         nbest: int = 1,
         progress: Callable[[int], None] | None = None,
         attention: bool = True,
+        prefixes: Iterable[str] | None = None,
     ) -> Iterator[Translation]:
         """Translations in input order, each as soon as its turn comes; `lines` are read a
         window at a time, so an input of any length (a file read as it goes) costs the memory of
         one window. A result waiting for its turn is kept as ids and hypotheses (None for an
-        empty line) and made a `Translation` when it leaves: up to a window of them wait."""
+        empty line) and made a `Translation` when it leaves: up to a window of them wait.
+        `prefixes`, read beside `lines`: the target prefix of each ("" for none)."""
         done: dict[int, tuple[list[int], bool, list[Hypothesis]] | None] = {}
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
-        remaining = iter(lines)
+        starts: dict[int, list[int]] = {}  # waiting: their target prefixes
+        remaining = aligned(lines, prefixes) if prefixes is not None else ((line, "") for line in lines)
 
         def windows() -> Iterator[Source]:
             start = 0
             while window := list(itertools.islice(remaining, SORT_WINDOW)):
-                ids, truncated = self.encode_sources(window)
+                ids, truncated = self.encode_sources([line for line, _ in window])
+                begun = self.encode_prefixes([prefix for _, prefix in window])
                 order = []
-                for offset, (line, row) in enumerate(zip(window, ids, strict=True)):
+                for offset, ((line, _), row) in enumerate(zip(window, ids, strict=True)):
                     if line.strip():
                         sources[start + offset] = (row, offset in truncated)
+                        starts[start + offset] = self.checked_prefix(begun[offset], len(row), start + offset)
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
                 order.sort(key=lambda i: len(sources[i][0]))
                 for i in order:
-                    yield Source(i, sources[i][0], self.max_len(len(sources[i][0])))
+                    yield Source(i, sources[i][0], self.max_len(len(sources[i][0])), starts.pop(i))
                 start += len(window)
 
         def leave(entry: tuple[list[int], bool, list[Hypothesis]] | None) -> Translation:
@@ -177,6 +194,22 @@ class TextTranslator:
             texts=[self.tok.tgt.decode(h.tokens) for h in hyps],
             truncated=truncated,
         )
+
+    def encode_prefixes(self, prefixes: list[str]) -> list[list[int]]:
+        """Target prefixes as ids (normalised like references, no EOS); [] for an empty one."""
+        if not any(prefixes):
+            return [[] for _ in prefixes]
+        return self.tok.tgt.encode_batch([normalize(p, self.normalize_form) for p in prefixes])
+
+    def checked_prefix(self, prefix: list[int], src_len: int, index: int) -> list[int]:
+        """`prefix`, refused when it leaves no room under the output cap of its source."""
+        if len(prefix) >= self.max_len(src_len):
+            raise NMTError(
+                f"line {index + 1}: its prefix has {len(prefix)} pieces and the output cap for this "
+                f"source is {self.max_len(src_len)}, EOS included; shorten the prefix or raise "
+                "decode.max_len, max_len_ratio or max_len_add"
+            )
+        return prefix
 
     def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
         """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the
@@ -214,6 +247,8 @@ class TextTranslator:
 
         def keys() -> Iterator[int]:
             for source in sources:
+                if source.prefix:
+                    raise NMTError("this engine does not take target prefixes; use --engine torch")
                 waiting[source.key] = source
                 yield source.key
 
@@ -224,3 +259,13 @@ class TextTranslator:
     def _decode(self, rows: list[list[int]], nbest: int) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source id list (ending in EOS), best first."""
         raise NotImplementedError
+
+
+def aligned(lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(line, prefix) pairs, refused in one line when one side runs out before the other."""
+    ends = object()
+    for number, (line, prefix) in enumerate(itertools.zip_longest(lines, prefixes, fillvalue=ends), 1):
+        if line is ends or prefix is ends:
+            more = "prefixes than input lines" if line is ends else "input lines than prefixes"
+            raise NMTError(f"prefixes: more {more} (at line {number}); give one prefix a line ('' for none)")
+        yield line, prefix

@@ -114,6 +114,12 @@ def test_engines_refuse_each_others_models_in_one_line(exported, toy_run, toy_di
     result = invoke(*args, code=2)
     assert "the onnx engine searches and does not sample; sample with --engine torch" in result.output
     assert not sampled.exists()
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("".join("2001\n" for _ in (toy_dir / "test.human").read_text().splitlines()))
+    args = ("translate", "-m", out, "--engine", "onnx", "-i", toy_dir / "test.human", "--prefixes", prefixes)
+    result = invoke(*args, "-o", sampled, code=2)
+    assert "this engine does not take target prefixes; use --engine torch" in result.output
+    assert not sampled.exists()
     result = invoke("translate", "-m", toy_run, "--engine", "onnx", "-i", "/dev/null", code=2)
     assert "not an ONNX export" in result.output and len(result.output.strip().splitlines()) == 1
     result = invoke("translate", "-m", out, "-i", "/dev/null", code=2)
