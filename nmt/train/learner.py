@@ -107,7 +107,11 @@ class Learner:
             + (f", {world} processes" if world > 1 else "")
             + f"; memory allocator {describe_allocator()}"
             + (f"; frozen: {', '.join(self.cfg.freeze)}" if self.cfg.freeze else "")
-            + (f" for the first {self.cfg.freeze_steps} steps" if self.cfg.freeze and self.cfg.freeze_steps else "")
+            + (
+                f" for the first {self.cfg.freeze_steps} steps"
+                if self.cfg.freeze and self.cfg.freeze_steps
+                else ""
+            )
         )
 
     @contextmanager
