@@ -48,6 +48,7 @@ class Job:
     settings: Settings
     sentences: list[str]
     deliver: Callable[[list[Translation] | BaseException], None]  # called once, from the worker
+    prefixes: list[str] | None = None  # a target prefix per sentence ("" for none)
     abandoned: bool = False  # the client gave up (timeout): skip it if not decoded yet
     results: list[Translation | None] = field(default_factory=list)  # filled by the worker
     left: int = 0  # sentences still being decoded
@@ -88,7 +89,9 @@ class Batcher:
     def waiting(self) -> int:
         return self._waiting
 
-    def submit(self, settings: Settings, sentences: list[str]) -> tuple[Job, asyncio.Future]:
+    def submit(
+        self, settings: Settings, sentences: list[str], prefixes: list[str] | None = None
+    ) -> tuple[Job, asyncio.Future]:
         """Queue a job from the event loop; its future resolves to the job's translations."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
@@ -101,7 +104,7 @@ class Batcher:
             else:
                 future.set_result(result)
 
-        job = Job(settings, sentences, lambda result: loop.call_soon_threadsafe(resolve, result))
+        job = Job(settings, sentences, lambda result: loop.call_soon_threadsafe(resolve, result), prefixes)
         with self._lock:
             if self._waiting >= self.queue_size:
                 raise QueueFullError(f"{self._waiting} requests are already waiting")
@@ -188,6 +191,11 @@ class Batcher:
         whose text the tokenizer refuses gets that error alone: the pool goes on without it."""
         try:
             ids, truncated = translator.encode_sources(job.sentences)
+            begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
+            starts = [
+                translator.checked_prefix(p, len(row), f"sentence {i + 1}")
+                for i, (p, row) in enumerate(zip(begun, ids, strict=True))
+            ]
         except Exception as e:
             if not isinstance(e, NMTError):  # requests.py lets through only text it can take
                 log.exception("encoding a request failed")
@@ -203,4 +211,4 @@ class Batcher:
             admitted.remove(job)
             job.deliver(job.results)
         for i in lines:
-            yield Source((job, i), ids[i], translator.max_len(len(ids[i])))
+            yield Source((job, i), ids[i], translator.max_len(len(ids[i])), starts[i])

@@ -51,9 +51,22 @@ class TranslateRequest:
     sentences: list[str]
     settings: Settings
     attention: bool
+    prefixes: list[str] | None = None  # a target prefix per sentence ("" for none)
 
 
-FIELDS = ("text", "texts", "model", "beam", "nbest", "max_len", "attention", "sample", *SAMPLING)
+FIELDS = (
+    "text",
+    "texts",
+    "prefix",
+    "prefixes",
+    "model",
+    "beam",
+    "nbest",
+    "max_len",
+    "attention",
+    "sample",
+    *SAMPLING,
+)
 MAX_TEMPERATURE = 100.0  # flatter than this is uniform noise
 MAX_SEED = 2**63 - 1
 MAX_DEPTH = 8  # arrays and objects inside one another; a request needs 2 ({"texts": [...]})
@@ -71,6 +84,7 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
     if unknown:
         raise RequestError(422, f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
     sentences = _sentences(data, limits)
+    prefixes = _prefixes(data, limits, len(sentences))
 
     model = data.get("model", next(iter(default_beams)))
     if not isinstance(model, str):
@@ -90,7 +104,7 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         "seed": _integer(data, "seed", MAX_SEED, None, least=0),
     }
     settings = Settings(model, beam, nbest, max_len, sample, **sampling)
-    return TranslateRequest(sentences, settings, attention)
+    return TranslateRequest(sentences, settings, attention, prefixes)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -173,6 +187,32 @@ def _sentences(data: dict[str, Any], limits: Limits) -> list[str]:
             raise RequestError(422, f"texts[{i}]: must be a string, got {type(s).__name__}")
         _check_sentence(f"texts[{i}]", s, limits)
     return sentences
+
+
+def _prefixes(data: dict[str, Any], limits: Limits, sentences: int) -> list[str] | None:
+    """The target prefixes: `prefix` (a string) beside `text`, or `prefixes` (a list of strings,
+    one per sentence) beside `texts`, each checked like a sentence; None when there are none."""
+    if "prefix" in data:
+        if "text" not in data:
+            raise RequestError(422, 'prefix: goes with "text"; beside "texts" give "prefixes", one per text')
+        if not isinstance(data["prefix"], str):
+            raise RequestError(422, "prefix: must be a string")
+        _check_sentence("prefix", data["prefix"], limits)
+        return [data["prefix"]]
+    if "prefixes" not in data:
+        return None
+    prefixes = data["prefixes"]
+    if "texts" not in data:
+        raise RequestError(422, 'prefixes: go with "texts"; beside "text" give "prefix"')
+    if not isinstance(prefixes, list) or len(prefixes) != sentences:
+        raise RequestError(
+            422, f"prefixes: must be a list of {sentences} strings, one per text ('' for none)"
+        )
+    for i, p in enumerate(prefixes):
+        if not isinstance(p, str):
+            raise RequestError(422, f"prefixes[{i}]: must be a string, got {type(p).__name__}")
+        _check_sentence(f"prefixes[{i}]", p, limits)
+    return prefixes
 
 
 def _check_sentence(where: str, s: str, limits: Limits) -> None:

@@ -161,7 +161,9 @@ class TextTranslator:
                 for offset, ((line, _), row) in enumerate(zip(window, ids, strict=True)):
                     if line.strip():
                         sources[start + offset] = (row, offset in truncated)
-                        starts[start + offset] = self.checked_prefix(begun[offset], len(row), start + offset)
+                        starts[start + offset] = self.checked_prefix(
+                            begun[offset], len(row), f"line {start + offset + 1}"
+                        )
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
@@ -201,11 +203,11 @@ class TextTranslator:
             return [[] for _ in prefixes]
         return self.tok.tgt.encode_batch([normalize(p, self.normalize_form) for p in prefixes])
 
-    def checked_prefix(self, prefix: list[int], src_len: int, index: int) -> list[int]:
+    def checked_prefix(self, prefix: list[int], src_len: int, where: str) -> list[int]:
         """`prefix`, refused when it leaves no room under the output cap of its source."""
         if len(prefix) >= self.max_len(src_len):
             raise NMTError(
-                f"line {index + 1}: its prefix has {len(prefix)} pieces and the output cap for this "
+                f"{where}: the prefix has {len(prefix)} pieces and the output cap for its "
                 f"source is {self.max_len(src_len)}, EOS included; shorten the prefix or raise "
                 "decode.max_len, max_len_ratio or max_len_add"
             )

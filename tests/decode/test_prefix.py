@@ -102,7 +102,7 @@ def test_bad_prefixes_are_refused_in_one_line(run, tmp_path):
 
     translator = Translator.load(run, device="cpu")
     with pytest.raises(
-        NMTError, match=r"line 1: its prefix has \d+ pieces and the output cap for this source is 3"
+        NMTError, match=r"line 1: the prefix has \d+ pieces and the output cap for its source is 3"
     ):
         translator.translate("1.1.1990", prefixes="1990-01-01", max_len=3)
     with pytest.raises(NMTError, match="prefixes: 1 for 2 sentences"):

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 FIELDS = (
     "text",
     "texts",
+    "prefix",
+    "prefixes",
     "model",
     "beam",
     "nbest",
@@ -61,6 +63,8 @@ plain_json = json_values(st.none() | numbers | odd_strings)  # no huge integer t
 RIGHT_KIND = {
     "text": odd_strings,
     "texts": st.lists(odd_strings, max_size=12) | st.just([""] * 500),
+    "prefix": odd_strings,
+    "prefixes": st.lists(odd_strings, max_size=12),
     "model": st.sampled_from(["run", "", "other", "\ud800"]),
     "beam": st.integers(-2, 5),
     "nbest": st.integers(-2, 5),

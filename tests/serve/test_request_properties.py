@@ -42,6 +42,11 @@ def assert_within_limits(req: TranslateRequest, limits: Limits) -> None:
     assert sampling.top_k is None or (type(sampling.top_k) is int and 0 <= sampling.top_k <= limits.max_top_k)
     assert sampling.top_p is None or 0 < sampling.top_p <= 1
     assert sampling.seed is None or (type(sampling.seed) is int and 0 <= sampling.seed < 2**63)
+    if req.prefixes is not None:
+        assert len(req.prefixes) == len(req.sentences)
+        for p in req.prefixes:
+            assert isinstance(p, str) and len(p) <= limits.max_chars
+            assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in p), repr(p)
     if sampling.sample is not True:
         assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed) == (None,) * 4
 

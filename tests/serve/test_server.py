@@ -154,6 +154,30 @@ def test_sampled_answers_equal_nmt_translate_sampling_whatever_the_batch(server,
     assert served == expected
 
 
+def test_prefixed_answers_equal_nmt_translate_with_prefixes(server, model, lines, tmp_path):
+    """Prefixes ride with their sentences through the shared pool, beside unprefixed requests."""
+    chosen = [line for line in lines[:12] if line]
+    prefixes = ["20" if i % 3 == 0 else "" for i in range(len(chosen))]
+    source, starts = tmp_path / "in.txt", tmp_path / "prefixes.txt"
+    source.write_text("".join(line + "\n" for line in chosen), encoding="utf-8")
+    starts.write_text("".join(p + "\n" for p in prefixes), encoding="utf-8")
+    result = runner.invoke(
+        app, ["translate", "-m", str(model), "-i", str(source), "--prefixes", str(starts), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    status, _, body = server.post({"texts": chosen[:6], "prefixes": prefixes[:6]})
+    assert status == 200, body
+    with ThreadPoolExecutor(4) as pool:
+        singles = list(
+            pool.map(lambda i: server.post({"text": chosen[i], "prefix": prefixes[i]}), range(6, len(chosen)))
+        )
+    served = [t["text"] for t in body["translations"]] + [b["translations"][0]["text"] for _, _, b in singles]
+    assert "".join(text + "\n" for text in served) == result.stdout
+    assert all(text.startswith(p) for text, p in zip(served, prefixes, strict=True))
+    status, _, body = server.post({"text": chosen[0], "prefix": "2001 " * 40})
+    assert status == 422 and "sentence 1: the prefix has" in body["error"]
+
+
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
     status, _, body = server.post({"texts": lines[:8]})
     assert status == 200

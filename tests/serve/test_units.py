@@ -29,6 +29,8 @@ def test_defaults_come_from_the_first_model():
     )
     assert req.settings == Settings("first", 4, 3, None, True, 2.0, 0, 0.9, 7)
     assert parse({"text": "a", "sample": False}).settings == Settings("first", 4, 1, None, False)
+    assert parse({"text": "a", "prefix": "b"}).prefixes == ["b"] and parse({"text": "a"}).prefixes is None
+    assert parse({"texts": ["a", "b"], "prefixes": ["", "c"]}).prefixes == ["", "c"]
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,13 @@ def test_defaults_come_from_the_first_model():
         ({"text": "a", "attention": "yes"}, 422, "attention: must be true or false"),
         ({"text": "a", "model": 1}, 422, "model: must be a string"),
         ({"text": "a", "sample": 1}, 422, "sample: must be true or false"),
+        ({"text": "a", "prefix": 3}, 422, "prefix: must be a string"),
+        ({"texts": ["a"], "prefix": "b"}, 422, 'prefix: goes with "text"'),
+        ({"text": "a", "prefixes": ["b"]}, 422, 'prefixes: go with "texts"'),
+        ({"texts": ["a", "b"], "prefixes": ["c"]}, 422, "prefixes: must be a list of 2 strings"),
+        ({"texts": ["a", "b"], "prefixes": ["c", None]}, 422, "prefixes[1]: must be a string"),
+        ({"text": "a", "prefix": "b\nc"}, 422, "prefix: one sentence per string"),
+        ({"text": "a", "prefix": "x" * 11}, 413, "prefix: 11 characters, at most 10"),
         ({"text": "a", "top_k": 5}, 422, 'top_k: applies only when sampling; add "sample": true'),
         ({"text": "a", "sample": False, "seed": 5}, 422, "seed: applies only when sampling"),
         (
