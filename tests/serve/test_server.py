@@ -341,6 +341,22 @@ def test_the_live_page_in_a_real_browser(server):
         cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
         assert len(cells) == len(words["source"]) * len(words["target"])
         assert [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")] == words["target"]
+        # Type a target prefix: the rest follows it, with its n-best list and attention.
+        steered = server.post(
+            {"text": "5.6.1990", "prefix": "1991", "beam": 5, "nbest": 5, "attention": True}
+        )
+        steered = steered[2]["translations"][0]
+        assert steered["text"].startswith("1991") and steered["text"] != expected["text"]
+        driver.find_element(By.ID, "prefix").send_keys("1991")
+        WebDriverWait(driver, 30).until(
+            lambda d: d.find_element(By.ID, "translation").text == steered["text"]
+        )
+        WebDriverWait(driver, 30).until(
+            lambda d: (
+                [th.text for th in d.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")]
+                == steered["attention"]["target"]
+            )
+        )
         assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         driver.quit()
