@@ -9,22 +9,8 @@ import json
 
 from hypothesis import strategies as st
 
-FIELDS = (
-    "text",
-    "texts",
-    "prefix",
-    "prefixes",
-    "model",
-    "beam",
-    "nbest",
-    "max_len",
-    "attention",
-    "sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-)
+from nmt.serve.requests import FIELDS  # every field a request may hold
+
 MAX_SENTENCES, MAX_CHARS = 8, 200  # the limits the servers and the properties test with
 
 # Any text, and text of the characters that break things: NUL and other controls, line breaks,
