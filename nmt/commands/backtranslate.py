@@ -67,7 +67,7 @@ def run_backtranslate(
     with staged_directory(out) as staging:
         for name, source in copies.items():
             shutil.copyfile(source, staging / name)
-        pairs = write_synthetic(translator, mono, staging, split, langs, tag, quiet)
+        pairs = write_synthetic(translator, mono, lines, staging, split, langs, tag, quiet)
         manifest = {
             "nmt": VERSION,
             "model": str(model),
@@ -137,9 +137,17 @@ def parallel_files(parallel: Path, split: str, langs: Languages, tag: str) -> di
 
 
 def write_synthetic(
-    translator: TextTranslator, mono: Path, folder: Path, split: str, langs: Languages, tag: str, quiet: bool
+    translator: TextTranslator,
+    mono: Path,
+    lines: int,
+    folder: Path,
+    split: str,
+    langs: Languages,
+    tag: str,
+    quiet: bool,
 ) -> int:
-    """The synthetic pairs appended to `folder`'s `split` files (made if absent); their count."""
+    """The synthetic pairs of `mono`'s `lines` lines appended to `folder`'s `split` files (made
+    if absent); their count."""
     from tqdm.auto import tqdm
 
     prefix = f"{tag} " if tag else ""
@@ -147,7 +155,7 @@ def write_synthetic(
     with (
         open(folder / f"{split}.{langs.synthetic}", "a", encoding="utf-8") as sources,
         open(folder / f"{split}.{langs.mono}", "a", encoding="utf-8") as targets,
-        tqdm(total=count_lines(mono), unit="sent", disable=quiet or None, mininterval=0.5) as bar,
+        tqdm(total=lines, unit="sent", disable=quiet or None, mininterval=0.5) as bar,
     ):
         _ensure_newline(folder / f"{split}.{langs.synthetic}", sources)
         _ensure_newline(folder / f"{split}.{langs.mono}", targets)

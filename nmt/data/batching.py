@@ -103,18 +103,23 @@ class EpochPlan:
         return EpochPlan(self.order, self.starts, self.sequence[rank:usable:world])
 
 
-def weighted_order(parts: list[int], weights: list[float], seed: int, epoch: int) -> np.ndarray:
-    """An epoch's pairs when training draws from several corpora (`data.corpora`, one after the
-    other in the training data, `parts` pairs each) in the ratio of their `weights`: as many pairs
-    as the corpora hold together, each corpus's share w / sum(w) of them (rounded by largest
-    remainder); a corpus gives every pair once before any twice. Seeded by the epoch, so a
-    resumed run draws the same."""
-    rng = np.random.default_rng([seed, epoch, len(parts)])
+def draw_counts(parts: list[int], weights: list[float]) -> list[int]:
+    """How many pairs an epoch draws from each of several corpora (`parts` pairs each): as many
+    as they hold together, each corpus's share w / sum(w) of them, rounded by largest remainder."""
     total, shares = sum(parts), np.asarray(weights, dtype=np.float64) / sum(weights)
     counts = np.floor(shares * total).astype(np.int64)
     counts[np.argsort(-(shares * total - counts), kind="stable")[: total - counts.sum()]] += 1
+    return counts.tolist()
+
+
+def weighted_order(parts: list[int], weights: list[float], seed: int, epoch: int) -> np.ndarray:
+    """An epoch's pairs when training draws from several corpora (`data.corpora`, one after the
+    other in the training data, `parts` pairs each) in the ratio of their `weights`
+    (`draw_counts`); a corpus gives every pair once before any twice. Seeded by the epoch, so a
+    resumed run draws the same."""
+    rng = np.random.default_rng([seed, epoch, len(parts)])
     drawn, start = [], 0
-    for size, count in zip(parts, counts.tolist(), strict=True):
+    for size, count in zip(parts, draw_counts(parts, weights), strict=True):
         full, rest = divmod(count, size)
         drawn += [start + rng.permutation(size) for _ in range(full)] + [start + rng.permutation(size)[:rest]]
         start += size

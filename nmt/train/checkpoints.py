@@ -22,7 +22,6 @@ class CheckpointKeeper:
     def __init__(self, directory: Path, keep_best: int, average_last: int, higher_is_better: bool):
         self.directory = Path(directory)
         self.keep_best, self.average_last = keep_best, average_last
-        self.higher_is_better = higher_is_better
         self.sign = 1.0 if higher_is_better else -1.0
         self.last_save = time.perf_counter()
 
@@ -30,6 +29,10 @@ class CheckpointKeeper:
     def of(cls, directory: Path, train: TrainConfig) -> CheckpointKeeper:
         """The keeper a run's `train` settings ask for."""
         return cls(directory, train.keep_best, train.average_last, HIGHER_IS_BETTER[train.metric])
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.sign > 0
 
     def saved(self) -> None:
         self.last_save = time.perf_counter()

@@ -14,7 +14,14 @@ import numpy as np
 import torch
 
 from nmt.config import Config
-from nmt.data.batching import Batch, EpochPlan, collate, length_grouped_batches, weighted_order
+from nmt.data.batching import (
+    Batch,
+    EpochPlan,
+    collate,
+    draw_counts,
+    length_grouped_batches,
+    weighted_order,
+)
 from nmt.data.cleaning import describe_dropped
 from nmt.data.prepare import PreparedData, prepare, sampled_train
 from nmt.data.tokenizer import TokenizerPair
@@ -38,14 +45,13 @@ def prepare_data(cfg: Config, origin: dict | None, progress: bool) -> tuple[Prep
 
 
 def corpora_note(cfg: Config, parts: list[int]) -> str:
-    """Each corpus's pairs and the share of an epoch drawn from it (counted in the first epoch's
-    draw, rounding included): what `data.corpora`'s weights came to."""
-    first = weighted_order(parts, [c.weight for c in cfg.data.corpora], cfg.train.seed, 0)
-    drawn = np.bincount(np.searchsorted(np.cumsum(parts), first, side="right"), minlength=len(parts))
+    """Each corpus's pairs and the share of every epoch drawn from it, rounding included: what
+    `data.corpora`'s weights came to."""
+    drawn = draw_counts(parts, [c.weight for c in cfg.data.corpora])
     shares = [
         f"{c.dir or cfg.data.dir}/{c.train} {size} pairs{f' tagged {c.tag}' if c.tag else ''}: "
-        f"{count / drawn.sum():.1%} of an epoch"
-        for c, size, count in zip(cfg.data.corpora, parts, drawn.tolist(), strict=True)
+        f"{count / sum(drawn):.1%} of an epoch"
+        for c, size, count in zip(cfg.data.corpora, parts, drawn, strict=True)
     ]
     return "corpora: " + "; ".join(shares)
 

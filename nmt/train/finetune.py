@@ -34,8 +34,7 @@ MODEL_KEYS = ("model.", "tokenizer.", "data.src_lang", "data.tgt_lang", "data.no
 def checkpoint_config(path: str | Path, overrides: list[str]) -> Config:
     """The config a checkpoint was trained with, under `overrides` (`--set`): the config of a
     fine-tuning run given no `--config`."""
-    state = read_checkpoint(Path(path), entries=("config",))
-    raw = json.loads(json.dumps(state["config"]))  # a copy that overrides may change
+    raw = read_checkpoint(Path(path), mmap=True, entries=("config",))["config"]
     for item in overrides:
         apply_override(raw, item)
     return config_from_dict(raw, source=f"{resolve_checkpoint(Path(path))} (its config, with --set)")

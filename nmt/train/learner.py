@@ -106,12 +106,16 @@ class Learner:
             f"{count_parameters(self.model):,} parameters; device {self.device}, {self.precision.name}"
             + (f", {world} processes" if world > 1 else "")
             + f"; memory allocator {describe_allocator()}"
-            + (f"; frozen: {', '.join(self.cfg.freeze)}" if self.cfg.freeze else "")
-            + (
-                f" for the first {self.cfg.freeze_steps} steps"
-                if self.cfg.freeze and self.cfg.freeze_steps
-                else ""
-            )
+            + self.frozen_note()
+        )
+
+    def frozen_note(self) -> str:
+        """What `train.freeze` holds, and for how long ('' when nothing)."""
+        freeze, steps = self.cfg.freeze, self.cfg.freeze_steps
+        return (
+            f"; frozen: {', '.join(freeze)}" + (f" for the first {steps} steps" if steps else "")
+            if freeze
+            else ""
         )
 
     @contextmanager
