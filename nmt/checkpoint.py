@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -212,6 +212,17 @@ def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The model's weights, without the duplicate `decoder.W_s.*` entries that checkpoints of
     nmt 0.1 stored beside `decoder.output_layer.*` (the same tensors under a second name)."""
     return {k: v for k, v in state["model"].items() if not k.startswith("decoder.W_s.")}
+
+
+def config_differences(ours: dict, theirs: dict, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """("section.key", ours, theirs) for each setting where a config (as a dict) differs from a
+    checkpoint's, in order; a key the checkpoint's lacks (a setting newer than it) is none."""
+    for key, value in ours.items():
+        other = theirs.get(key, value)
+        if isinstance(value, dict) and isinstance(other, dict) and key != "hf_data_files":
+            yield from config_differences(value, other, f"{prefix}{key}.")
+        elif value != other:
+            yield f"{prefix}{key}", value, other
 
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:

@@ -1,4 +1,4 @@
-"""The data a run trains on: prepared once (`prepare_data`, described by `data_notes`), then the
+"""The data a run trains on: prepared once (`prepare_data`, described by `Epochs.notes`), then the
 training pairs as batches, an epoch at a time.
 
 An epoch's batches are a function of the seed and the epoch, so a resumed run finds its place
@@ -23,9 +23,11 @@ from nmt.data.batching import (
     weighted_order,
 )
 from nmt.data.cleaning import describe_dropped
+from nmt.data.corpus import EncodedCorpus
 from nmt.data.prepare import PreparedData, prepare, sampled_train
 from nmt.data.tokenizer import TokenizerPair
 from nmt.train import distributed
+from nmt.vocab import UNK
 
 
 def prepare_data(cfg: Config, origin: dict | None, progress: bool) -> tuple[PreparedData, float]:
@@ -56,20 +58,34 @@ def corpora_note(cfg: Config, parts: list[int]) -> str:
     return "corpora: " + "; ".join(shares)
 
 
-def data_notes(cfg: Config, data: PreparedData, translated: int) -> list[str]:
-    """The lines a run starts with about its data: pairs kept and dropped, validation pairs (and
-    how many of them BLEU scores), vocabulary sizes, whether the cache was reused; the corpora's
-    shares when there are several."""
+def data_notes(cfg: Config, data: PreparedData) -> list[str]:
+    """The lines a run starts with about its data: pairs kept and dropped, validation pairs,
+    vocabulary sizes, whether the cache was reused, unknown pieces; the corpora's shares when
+    there are several."""
     pairs, tok = len(data.held_out["valid"].pairs), data.tokenizers
     corpora = [corpora_note(cfg, data.parts)] if cfg.data.corpora else []
+    src, tgt = unknown_rates(data.train)
     return [
         f"data: {len(data.train)} training pairs (dropped: {describe_dropped(data.dropped)}), "
-        f"{pairs} validation pairs"
-        + (f" (BLEU on {translated})" if translated < pairs else "")
-        + f"; vocabulary {len(tok.src)}/{len(tok.tgt)}"
-        + (" (cached)" if data.from_cache else ""),
+        f"{pairs} validation pairs; vocabulary {len(tok.src)}/{len(tok.tgt)}"
+        + (" (cached)" if data.from_cache else "")
+        + f"; unknown pieces in the training data: {src:.2%} of source, {tgt:.2%} of target",
         *corpora,
     ]
+
+
+def unknown_rates(corpus: EncodedCorpus) -> tuple[float, float]:
+    """The share of source and target pieces that are the unknown piece: how much of the data
+    the tokenizers cannot spell (a fine-tuning run's new data, or characters left out by
+    `tokenizer.character_coverage`)."""
+    return tuple(unknown_share(side.tokens) for side in (corpus.src, corpus.tgt))  # type: ignore[return-value]
+
+
+def unknown_share(tokens: np.ndarray, chunk: int = 1 << 24) -> float:
+    """The unknown piece's share of `tokens`, counted a chunk at a time: a memory-mapped corpus
+    of any size is read, never held."""
+    unknown = sum(int(np.count_nonzero(tokens[i : i + chunk] == UNK)) for i in range(0, len(tokens), chunk))
+    return unknown / max(1, len(tokens))
 
 
 class Epochs:
@@ -78,6 +94,7 @@ class Epochs:
         self.corpus, self.parts = data.train, data.parts
         self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
         self.current = 0  # batches in the current epoch, once it has started
+        self.notes = data_notes(cfg, data)  # the lines a run starts with about its data
 
     def plan(self, epoch: int) -> EpochPlan:
         """This process's batches of `epoch` (every `world`-th under torchrun)."""

@@ -14,15 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from nmt.checkpoint import TRANSLATING, model_weights, read_checkpoint, resolve_checkpoint
+from nmt.checkpoint import TRANSLATING, config_differences, model_weights, read_checkpoint, resolve_checkpoint
 from nmt.config import Config, apply_override, config_from_dict
-from nmt.data.corpus import EncodedCorpus
 from nmt.errors import NMTError
-from nmt.rundir import CHECKPOINTS, flatten
-from nmt.vocab import UNK
+from nmt.rundir import CHECKPOINTS
 
 # Keys a fine-tuning run may change: how the model is trained, not what it is.
 TRAINING_KEYS = ("model.dropout", "model.encoder.dropout", "model.decoder.dropout", "model.attention.dropout")
@@ -49,7 +46,7 @@ def finetuned_name(path: str | Path) -> str:
 
 @dataclasses.dataclass
 class Start:
-    """The checkpoint a fine-tuning run starts from, and its contents."""
+    """The checkpoint a fine-tuning run starts from, its contents and the line the run starts with."""
 
     path: Path
     state: dict[str, Any]
@@ -57,48 +54,26 @@ class Start:
     def weights(self) -> dict[str, torch.Tensor]:
         return model_weights(self.state)
 
+    @property
+    def note(self) -> str:
+        step = self.state.get("progress", {}).get("step", "?")
+        return f"fine-tuning from {self.path} (step {step}): optimiser, schedule and step count start afresh"
+
 
 def starting_point(cfg: Config) -> Start | None:
     """The checkpoint a fine-tuning run starts from, checked to agree with `cfg`; None when
-    `train.init_from` is not set."""
+    `train.init_from` is not set. The first key of the model or tokenizer that differs from the
+    checkpoint's is named in one line."""
     if not cfg.train.init_from:
         return None
     path = resolve_checkpoint(Path(cfg.train.init_from))
     state = read_checkpoint(path, mmap=True, entries=TRANSLATING)
-    check_agrees(cfg, config_from_dict(state["config"], source=f"{path} (its config)"), path)
-    return Start(path, state)
-
-
-def check_agrees(cfg: Config, theirs: Config, path: Path) -> None:
-    """Refuse, naming the first key, a config whose model differs from the checkpoint's."""
-    ours, checkpoint = flatten(dataclasses.asdict(cfg)), flatten(dataclasses.asdict(theirs))
-    for key, value in ours.items():
-        if key.startswith(MODEL_KEYS) and key not in TRAINING_KEYS and checkpoint.get(key) != value:
+    for key, ours, checkpoint in config_differences(dataclasses.asdict(cfg), state["config"]):
+        if key.startswith(MODEL_KEYS) and key not in TRAINING_KEYS:
             raise NMTError(
-                f"train.init_from: {key} is {json.dumps(checkpoint.get(key))} in {path} but "
-                f"{json.dumps(value)} in this config; a fine-tuned model keeps its checkpoint's model "
+                f"train.init_from: {key} is {json.dumps(checkpoint)} in {path} but "
+                f"{json.dumps(ours)} in this config; a fine-tuned model keeps its checkpoint's model "
                 "and tokenizer: set it as the checkpoint has it (without --config, the checkpoint's "
                 "config is the starting one)"
             )
-
-
-def unknown_rates(corpus: EncodedCorpus) -> tuple[float, float]:
-    """The share of source and target pieces that are the unknown piece: how much of the new
-    data the checkpoint's tokenizers cannot spell."""
-    return tuple(
-        float(np.count_nonzero(side.tokens == UNK)) / max(1, len(side.tokens))
-        for side in (corpus.src, corpus.tgt)
-    )  # type: ignore[return-value]
-
-
-def start_notes(start: Start | None, corpus: EncodedCorpus) -> list[str]:
-    """The line a fine-tuning run starts with: where from, and how well its tokenizers fit the
-    data (none for a run that starts afresh)."""
-    if start is None:
-        return []
-    step = start.state.get("progress", {}).get("step", "?")
-    src, tgt = unknown_rates(corpus)
-    return [
-        f"fine-tuning from {start.path} (step {step}): optimiser, schedule and step count start "
-        f"afresh; unknown pieces in the training data: {src:.2%} of source, {tgt:.2%} of target"
-    ]
+    return Start(path, state)

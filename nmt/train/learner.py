@@ -43,8 +43,11 @@ class Learner:
         device: torch.device,
         precision: Precision,
         weights: dict[str, torch.Tensor] | None = None,
+        resumed: tuple[dict[str, Any], Path] | None = None,
     ):
-        """`weights`: those the model starts from (fine-tuning), else it is initialised afresh."""
+        """`weights`: those the model starts from (fine-tuning), else it is initialised afresh;
+        `resumed`: a checkpoint and its path, whose weights, optimiser, schedule and scaler a
+        resumed run continues from."""
         self.cfg, self.model_cfg, self.device, self.precision = cfg.train, cfg.model, device, precision
         self.model = Seq2Seq(cfg.model, *vocab)
         if weights is not None:
@@ -56,6 +59,9 @@ class Learner:
         graphs = DecoderGraphs(self.model.decoder, smoothing) if uses_graphs(cfg, device) else None
         self.objective = TokenLoss(self.model, cfg.train, graphs)
         self.ddp_objective = distributed.wrap(self.objective, device)
+        self.note = self.describe(distributed.rank_and_world()[1])  # the line a run starts with
+        if resumed:
+            self.restore(*resumed)
 
     def step(
         self, batches: list[Batch], step: int, generator: torch.Generator, last_good: Path
@@ -99,7 +105,7 @@ class Learner:
         return [p for name in self.cfg.freeze for module in parts[name] for p in module.parameters()]
 
     def describe(self, world: int) -> str:
-        """The line a run starts with about its model and where it trains."""
+        """What the model is and where it trains."""
         model = self.model_cfg
         return (
             f"model: {model.decoder.style} decoder, {model.attention.type} attention, "

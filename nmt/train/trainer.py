@@ -18,8 +18,8 @@ from nmt.rundir import CHECKPOINTS, LAST
 from nmt.train import distributed
 from nmt.train.budget import Budget
 from nmt.train.checkpoints import CheckpointKeeper, restore_rng, rng_record, rng_state
-from nmt.train.epochs import Epochs, data_notes, prepare_data
-from nmt.train.finetune import start_notes, starting_point
+from nmt.train.epochs import Epochs, prepare_data
+from nmt.train.finetune import starting_point
 from nmt.train.learner import Learner, check_finite
 from nmt.train.precision import Precision
 from nmt.train.progress import Clock, LogWindow, Progress, TrainResult
@@ -59,25 +59,25 @@ class Trainer:
         valid = data.held_out["valid"]
         self.validator = Validator(cfg, self.tok, valid.corpus, valid.pairs, self.device, self.precision)
         vocab = (len(self.tok.src), len(self.tok.tgt))
-        self.learner = Learner(cfg, vocab, self.device, self.precision, start and start.weights())
+        resumed = checkpoint and (checkpoint, self.last)
+        self.learner = Learner(cfg, vocab, self.device, self.precision, start and start.weights(), resumed)
         self.model = self.learner.model
         self.keeper = CheckpointKeeper.of(self.last.parent, train)
         self.window = LogWindow()  # the loss since the last log line
-        describe = [*data_notes(cfg, data, len(self.validator.translated)), self.learner.describe(self.world)]
-        describe += start_notes(start, data.train)
-        self.notes = [*describe, *self._restore(checkpoint)]  # logged as training starts
+        self.notes = [*self.epochs.notes, *self.validator.notes, self.learner.note]  # logged at the start
+        self.notes += [start.note] if start else []
+        self.notes += self._restore(checkpoint)
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)
         self.started = False  # whether this session's first step has begun (start-up is over)
 
     def _restore(self, state: dict | None) -> list[str]:
-        """Weights, optimiser, schedule, scaler, loss window and random state from a checkpoint;
+        """The loss window and random state from a checkpoint (the learner took the rest);
         the metrics a killed session logged past it forgotten; best.pt repaired if need be.
         Without one (a run killed before its first checkpoint), the run starts afresh."""
         if not state:
             self.report.forget_after(0)
             return []
-        self.learner.restore(state, self.last)
         self.window = LogWindow(*state.get("window", ()))  # the next log line covers steps before a stop
         restore_rng(state["rng"], self.generator, self.rank, self.world)
         self.report.forget_after(self.progress.step)

@@ -42,6 +42,8 @@ class Validator:
     ):
         self.cfg, self.tok, self.corpus = cfg, tok, corpus
         self.translated = valid_sample(pairs, cfg.train.valid_subset, cfg.train.seed)
+        subset = len(self.translated) < len(pairs)
+        self.notes = [f"validation: BLEU on {len(self.translated)} of {len(pairs)} pairs"] if subset else []
         self.device, self.precision = device, precision
         self.options = EvalOptions(bootstrap=0)
         metrics(self.options)  # sacreBLEU's tokenizer loads now, before the run folder is made

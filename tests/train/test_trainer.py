@@ -180,7 +180,7 @@ def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
 def test_a_validation_subset_translates_the_same_few_pairs_every_time(toy_dir, tmp_path):
     run = tmp_path / "s"
     out = nmt_train(toy_dir, run, "train.max_steps=10", "train.valid_every=5", "train.valid_subset=7").stdout
-    assert "validation pairs (BLEU on 7)" in (run / "train.log").read_text() and "trained 10 steps" in out
+    assert "validation: BLEU on 7 of " in (run / "train.log").read_text() and "trained 10 steps" in out
     first, second = ((run / "valid" / f"step-{n}.txt").read_text().splitlines() for n in (5, 10))
     assert len(first) == len(second) == 7
     # the loss still covers every validation pair: it equals that of a run without a subset
