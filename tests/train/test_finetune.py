@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nmt.checkpoint import read_checkpoint
+from nmt.checkpoint import config_differences, read_checkpoint
 from nmt.cli import app
 from nmt.config import load_config
 from nmt.data.toy import write_toy_corpus
@@ -179,3 +179,16 @@ def test_old_data_mixed_in_by_weight_is_encoded_with_the_checkpoints_tokenizers(
     )
     old = read_checkpoint(base / "checkpoints" / "last.pt")["tokenizers"]
     assert read_checkpoint(run / "checkpoints" / "last.pt")["tokenizers"] == old
+
+
+def test_config_differences_name_each_differing_key_and_skip_settings_newer_than_the_checkpoint():
+    ours = {
+        "model": {"encoder": {"hidden": 256, "layers": 2}, "dropout": 0.3},
+        "tokenizer": {"user_symbols": []},
+    }
+    theirs = {"model": {"encoder": {"hidden": 128, "layers": 2}, "dropout": 0.1}, "tokenizer": {}}
+    assert list(config_differences(ours, theirs)) == [
+        ("model.encoder.hidden", 256, 128),
+        ("model.dropout", 0.3, 0.1),
+    ]
+    assert list(config_differences(ours, ours)) == []
