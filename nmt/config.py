@@ -86,7 +86,10 @@ class TokenizerConfig:
     input_sentence_size: int = setting(
         300_000, "sentences (a seeded sample) the tokenizer learns from: ~10 s and ~1 GB per 300k"
     )
-    sampling_alpha: float = setting(0.0, "> 0: subword regularisation of training data (unigram only)")
+    sampling_alpha: float = setting(
+        0.0, "> 0: subword regularisation, each epoch segmented afresh: unigram's smoothing, BPE's dropout"
+    )
+    sampling_nbest: int = setting(-1, "unigram: sample among the n best segmentations; -1: all of them")
     user_symbols: list[str] = setting(
         factory=list, doc="pieces always kept whole, e.g. a back-translation tag [<BT>] (nmt backtranslate)"
     )
@@ -621,8 +624,12 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         fail("model.decoder.input_feeding", "input feeding belongs to the luong style")
     if m.tie_embeddings and dec.style == "luong" and m.embedding != dec.hidden:
         fail("model.tie_embeddings", f"needs model.embedding == decoder.hidden ({dec.hidden})")
-    if cfg.tokenizer.sampling_alpha and cfg.tokenizer.type != "unigram":
-        fail("tokenizer.sampling_alpha", "subword regularisation needs type unigram")
+    if cfg.tokenizer.sampling_alpha and cfg.tokenizer.type not in ("unigram", "bpe"):
+        fail("tokenizer.sampling_alpha", "subword regularisation needs type unigram or bpe")
+    if cfg.tokenizer.type == "bpe" and cfg.tokenizer.sampling_alpha >= 1:
+        fail("tokenizer.sampling_alpha", "is BPE's dropout probability: below 1 (0.1 is usual)")
+    if cfg.tokenizer.sampling_nbest in (0, 1) or cfg.tokenizer.sampling_nbest < -1:
+        fail("tokenizer.sampling_nbest", "must be -1 (every segmentation) or at least 2")
     if cfg.data.join == 1 or cfg.data.join < 0:
         fail("data.join", f"must be 0 (off) or at least 2 (join runs of 2 .. K pairs), got {cfg.data.join}")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
@@ -650,8 +657,6 @@ def validate_corpora(cfg: Config, fail: Callable[[str, str], None]) -> None:
         seen.add(where)
     if d.corpora and d.format != "text":
         fail("data.corpora", "several corpora are read from text files (data.format: text)")
-    if d.corpora and cfg.tokenizer.sampling_alpha:
-        fail("data.corpora", "does not combine with tokenizer.sampling_alpha yet; use one of them")
 
 
 SAMPLING = ("temperature", "top_k", "top_p", "seed")  # the decode settings of sampling alone

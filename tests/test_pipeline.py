@@ -241,23 +241,6 @@ def test_multi30k_download_prepare_stats(tmp_path):
     assert width > 300 and height > 200
 
 
-def test_subword_sampling_varies_segmentation_but_not_text(toy_dir, tmp_path):
-    from nmt.data.prepare import sampled_train
-
-    cfg = load_config(
-        "toy-luong.yaml",
-        [f"data.dir={toy_dir}", f"data.cache_dir={tmp_path}", "tokenizer.sampling_alpha=0.5"],
-    )
-    data = prepare(cfg, ())
-    first, again, other = (sampled_train(cfg, data.tokenizers, seed) for seed in (1, 1, 2))
-    assert first.src.tokens.tolist() == again.src.tokens.tolist()  # seeded: resumable
-    assert first.src.tokens.tolist() != other.src.tokens.tolist()
-    decode = data.tokenizers.src.decode
-    assert [decode(first.src[i].tolist()) for i in range(20)] == [
-        decode(other.src[i].tolist()) for i in range(20)
-    ]
-
-
 def test_a_different_tokenizer_never_reads_another_tokenizers_cached_encodings(toy_dir, tmp_path):
     from nmt.config import TokenizerConfig
     from nmt.data.sources import read_parallel

@@ -69,7 +69,7 @@ def fingerprint(cfg: Config, train_digest: str) -> str:
         "normalize": d.normalize,
         "max_len": d.max_len,
         "max_ratio": d.max_ratio,
-        "tokenizer": {k: v for k, v in vars(t).items() if k != "sampling_alpha"},
+        "tokenizer": {k: v for k, v in vars(t).items() if not k.startswith("sampling_")},
     }
     if d.join:
         settings["join"] = d.join

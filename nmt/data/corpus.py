@@ -100,6 +100,7 @@ class EncodedCorpus:
 
     src: Side
     tgt: Side
+    files: tuple[Path, dict] | None = None  # the folder and layout it is mapped from (`open`)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -152,7 +153,7 @@ class EncodedCorpus:
             ):
                 raise ValueError(f"{directory}: {side} files do not hold {layout['pairs']} pairs")
             sides.append(Side(tokens, offsets, lengths, maps))
-        return cls(*sides)
+        return cls(*sides, files=(directory, layout))
 
 
 def _mapped(path: Path, dtype: str, maps: dict[Path, mmap.mmap]) -> np.ndarray:

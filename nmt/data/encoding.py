@@ -2,8 +2,7 @@
 
 A chunk of cleaned pairs is encoded with both tokenizers into compact arrays; training pairs
 with more than `data.max_len` subwords on a side, or sides whose lengths differ by more than
-`data.max_ratio`, are dropped and counted. Subword regularisation segments the same cleaned
-text afresh, seeded, each epoch (Kudo 2018).
+`data.max_ratio`, are dropped and counted.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import numpy as np
 
 from nmt.config import DataConfig
 from nmt.data.cleaning import Cleaned
-from nmt.data.corpus import EncodedCorpus, Side
-from nmt.data.tokenizer import Tokenizer, TokenizerPair
+from nmt.data.corpus import EncodedCorpus
+from nmt.data.tokenizer import TokenizerPair
 
 
 @dataclass
@@ -58,22 +57,3 @@ def encode_chunks(chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig
     for chunk in chunks:
         corpus, too_long = kept_by_length(encode(chunk.sources, chunk.targets, tok), cfg)
         yield Encoded(corpus, chunk.dropped + too_long, chunk.read, chunk.part)
-
-
-def sample_chunks(
-    chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig, alpha: float
-) -> EncodedCorpus:
-    """Subword regularisation: the cleaned training text segmented afresh (sampled with
-    `alpha`, seeded by the caller), filtered by length as usual, held as compact arrays."""
-    parts = []
-    for chunk in chunks:
-        sampled = EncodedCorpus(
-            Side.from_lists(_sample(tok.src, chunk.sources, alpha)),
-            Side.from_lists(_sample(tok.tgt, chunk.targets, alpha)),
-        )
-        parts.append(kept_by_length(sampled, cfg)[0])
-    return EncodedCorpus(*(Side.concatenate([getattr(p, side) for p in parts]) for side in ("src", "tgt")))
-
-
-def _sample(tok: Tokenizer, texts: list[str], alpha: float) -> list[list[int]]:
-    return tok.sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)

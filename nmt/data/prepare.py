@@ -22,7 +22,7 @@ from nmt.config import Config, TokenizerConfig
 from nmt.data import cache
 from nmt.data.cleaning import clean_chunks, clean_held_out, clean_pairs, describe_dropped
 from nmt.data.corpus import EncodedCorpus
-from nmt.data.encoding import encode, encode_chunks, sample_chunks
+from nmt.data.encoding import encode, encode_chunks
 from nmt.data.sources import (
     CorporaPairs,
     DatasetPairs,
@@ -136,16 +136,6 @@ def held_out_split(cfg: Config, name: str, raw: Pairs, tok: TokenizerPair, folde
         if folder.is_dir():
             corpus.save(path)
     return Split(corpus, pairs)
-
-
-def sampled_train(cfg: Config, tok: TokenizerPair, seed: int) -> EncodedCorpus:
-    """Subword regularisation (Kudo 2018): the training text segmented afresh (seeded), then
-    filtered by length as usual; streamed like `prepare`, held as compact arrays."""
-    import sentencepiece as spm
-
-    spm.set_random_generator_seed(seed)
-    chunks = clean_chunks(train_pairs(cfg.data).chunks(CHUNK), cfg.data)
-    return sample_chunks(chunks, tok, cfg.data, cfg.tokenizer.sampling_alpha)
 
 
 def prepare_report(cfg: Config) -> str:

@@ -3,12 +3,14 @@ training pairs as batches, an epoch at a time.
 
 An epoch's batches are a function of the seed and the epoch, so a resumed run finds its place
 by the number of batches it consumed; under torchrun each process takes every N-th batch. With
-subword regularisation (`tokenizer.sampling_alpha`) every epoch is segmented afresh.
+subword regularisation (`tokenizer.sampling_alpha`) every epoch is segmented afresh, by a worker
+process while the epoch before trains (`nmt.data.subwords`).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,10 +26,13 @@ from nmt.data.batching import (
 )
 from nmt.data.cleaning import describe_dropped
 from nmt.data.corpus import EncodedCorpus
-from nmt.data.prepare import PreparedData, prepare, sampled_train
+from nmt.data.prepare import PreparedData, prepare
+from nmt.data.subwords import EpochSampler, Sampling
 from nmt.data.tokenizer import TokenizerPair
 from nmt.train import distributed
 from nmt.vocab import UNK
+
+SAMPLED = "sampled"  # in the run folder: the subword samples of the epoch in training and the next
 
 
 def prepare_data(cfg: Config, origin: dict | None, progress: bool) -> tuple[PreparedData, float]:
@@ -88,20 +93,34 @@ def unknown_share(tokens: np.ndarray, chunk: int = 1 << 24) -> float:
     return unknown / max(1, len(tokens))
 
 
+def epoch_sampler(cfg: Config, data: PreparedData, folder: Path) -> EpochSampler | None:
+    """The worker that segments each epoch afresh (`tokenizer.sampling_alpha`) into `folder`,
+    or None."""
+    t = cfg.tokenizer
+    if not t.sampling_alpha:
+        return None
+    sampling = Sampling(t.sampling_alpha, t.sampling_nbest, cfg.data.max_len)
+    return EpochSampler(data.train, data.tokenizers, sampling, cfg.train.seed, folder)
+
+
 class Epochs:
-    def __init__(self, cfg: Config, data: PreparedData, device: torch.device):
-        self.cfg, self.tok, self.device = cfg, data.tokenizers, device
+    def __init__(self, cfg: Config, data: PreparedData, device: torch.device, run_dir: Path):
+        self.cfg, self.device = cfg, device
         self.corpus, self.parts = data.train, data.parts
         self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
+        self.sampler = epoch_sampler(cfg, data, run_dir / SAMPLED)
         self.current = 0  # batches in the current epoch, once it has started
         self.notes = data_notes(cfg, data)  # the lines a run starts with about its data
 
-    def plan(self, epoch: int) -> EpochPlan:
-        """This process's batches of `epoch` (every `world`-th under torchrun)."""
+    def plan(self, epoch: int, sampled: bool = True) -> EpochPlan:
+        """This process's batches of `epoch` (every `world`-th under torchrun), with subword
+        regularisation of the epoch's own sample; `sampled=False` only counts them, drawing none."""
         cfg = self.cfg.train
-        if self.cfg.tokenizer.sampling_alpha and self.sampled_epoch != epoch:
-            self.corpus = sampled_train(self.cfg, self.tok, cfg.seed * 1000 + epoch)
-            self.sampled_epoch = epoch
+        if sampled and self.sampler and self.sampled_epoch != epoch:
+            if distributed.rank_and_world()[0] == 0:  # one process draws, every process reads it
+                self.sampler.draw(epoch)
+            distributed.barrier()
+            self.corpus, self.sampled_epoch = self.sampler.read(epoch), epoch
         plan = length_grouped_batches(
             self.corpus, cfg.batch_size, cfg.seed, epoch, cfg.batch_type, self.drawn(epoch)
         )
@@ -135,5 +154,5 @@ class Epochs:
     def count(self, epoch: int, batch_in_epoch: int) -> float:
         """Epochs trained, the current one counted in part."""
         if batch_in_epoch and not self.current:  # a finished run reopened: no epoch started
-            self.current = len(self.plan(epoch))
+            self.current = len(self.plan(epoch, sampled=False))
         return epoch + batch_in_epoch / max(1, self.current)

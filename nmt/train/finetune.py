@@ -23,7 +23,8 @@ from nmt.rundir import CHECKPOINTS
 
 # Keys a fine-tuning run may change: how the model is trained, not what it is.
 TRAINING_KEYS = ("model.dropout", "model.encoder.dropout", "model.decoder.dropout", "model.attention.dropout")
-TRAINING_KEYS += ("tokenizer.sampling_alpha", "tokenizer.num_threads", "tokenizer.input_sentence_size")
+TRAINING_KEYS += ("tokenizer.sampling_alpha", "tokenizer.sampling_nbest", "tokenizer.num_threads")
+TRAINING_KEYS += ("tokenizer.input_sentence_size",)
 # The sections, whole or in part, that say what a model is.
 MODEL_KEYS = ("model.", "tokenizer.", "data.src_lang", "data.tgt_lang", "data.normalize")
 

@@ -55,7 +55,7 @@ class Trainer:
         start = None if checkpoint else starting_point(cfg)  # fine-tuning: the checkpoint to start from
         origin = checkpoint or (start and start.state)  # whose tokenizers encode the data
         data, self.data_seconds = prepare_data(cfg, origin, progress=not self.report.quiet)
-        self.tok, self.epochs = data.tokenizers, Epochs(cfg, data, self.device)
+        self.tok, self.epochs = data.tokenizers, Epochs(cfg, data, self.device, self.run_dir)
         valid = data.held_out["valid"]
         self.validator = Validator(cfg, self.tok, valid.corpus, valid.pairs, self.device, self.precision)
         vocab = (len(self.tok.src), len(self.tok.tgt))
