@@ -94,6 +94,13 @@ PrefixesOption = Annotated[
     Path | None,
     typer.Option(metavar="PATH", help="Target prefixes, one a line beside the input's ('' for none)."),
 ]
+ConstraintsOption = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="PATH",
+        help='Lexical constraints, a JSON line per input line: {"constraints": [...], "avoid": [...]}.',
+    ),
+]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
     typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -134,6 +141,7 @@ def translate(
     quantize: QuantizeOption = "none",
     engine: EngineOption = "torch",
     prefixes: PrefixesOption = None,
+    constraints: ConstraintsOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
@@ -144,7 +152,8 @@ def translate(
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, prefixes)
+    steering = (prefixes, constraints)
+    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, *steering)
     if summary:
         typer.echo(summary, err=True)
 

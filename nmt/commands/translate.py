@@ -17,6 +17,7 @@ from nmt.fileio import (
     iter_lines,
     line_chunks,
 )
+from nmt.text.constraints import Constraints
 from nmt.text.translation import TextTranslator, Translation
 from nmt.words import attention_view
 
@@ -103,15 +104,17 @@ def run_translate(
     engine: str = "torch",
     quiet: bool = False,
     prefixes: Path | None = None,
+    constraints: Path | None = None,
 ) -> str:
     """The whole `nmt translate`: the outputs checked, the models loaded on `engine` (torch or
     onnx), the input translated; returns a summary line for stderr ('' when nothing to say).
-    `prefixes`: a file of target prefixes, one a line beside the input's ('' for none)."""
-    inputs = {"-i": input, "--prefixes": prefixes, **{f"-m {m}": m for m in models}}
-    check_outputs({"-o": output, "--attention": opts.attention}, inputs)
+    `prefixes`: a file of target prefixes, one a line beside the input's ('' for none);
+    `constraints`: a file of JSON lines beside the input's, each its lexical constraints."""
+    inputs = {"-i": input, "--prefixes": prefixes, "--constraints": constraints}
+    check_outputs({"-o": output, "--attention": opts.attention}, {**inputs, **{f"-m {m}": m for m in models}})
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
-    return translate_files(translator, input, output, opts, quiet, prefixes)
+    return translate_files(translator, input, output, opts, quiet, prefixes, constraints)
 
 
 def load_engine(
@@ -136,6 +139,7 @@ def translate_files(
     opts: OutputOptions,
     quiet: bool,
     prefixes: Path | None = None,
+    constraints: Path | None = None,
 ) -> str:
     """The input translated, its results written; returns a summary line for stderr ('' when
     nothing to say).
@@ -150,7 +154,7 @@ def translate_files(
         return ""
     # read as decoding goes, so memory does not grow with the input
     lines = iter_lines(input) if input else _stdin_lines()
-    truncated, to_plot = 0, []
+    truncated, unmet, to_plot = 0, [], []
     with ExitStack() as files:
         out = files.enter_context(atomic_text(output)) if output else sys.stdout
         records = files.enter_context(atomic_text(opts.attention)) if opts.attention else None
@@ -160,8 +164,14 @@ def translate_files(
         )
         keep_attention = bool(opts.attention or opts.plot_attention)
         starts = iter_lines(prefixes) if prefixes else None
+        guides = read_constraints(constraints) if constraints else None
         results = translator.iter_translate(
-            lines, opts.nbest, progress=bar.update, attention=keep_attention, prefixes=starts
+            lines,
+            opts.nbest,
+            progress=bar.update,
+            attention=keep_attention,
+            prefixes=starts,
+            constraints=guides,
         )
         for index, t in enumerate(results, 1):
             out.write(format_translation(index, t, opts))
@@ -172,9 +182,17 @@ def translate_files(
             if opts.plot_attention and index <= opts.plot_first:
                 to_plot.append(t)
             truncated += t.truncated
+            if t.hypotheses and t.hypotheses[0].unmet:
+                unmet.append(index)
     if opts.plot_attention:
         plot_heatmaps(to_plot, opts)
-    return closing_notes(truncated, opts)
+    return closing_notes(truncated, opts, unmet)
+
+
+def read_constraints(path: Path) -> Iterator[Constraints]:
+    """The lexical constraints of each input line, from a file of JSON lines read as it goes."""
+    for number, line in enumerate(iter_lines(path), 1):
+        yield Constraints.from_json(line, f"{path}:{number}")
 
 
 def plot_heatmaps(translations: list[Translation], opts: OutputOptions) -> None:
@@ -190,9 +208,16 @@ def plot_heatmaps(translations: list[Translation], opts: OutputOptions) -> None:
             )
 
 
-def closing_notes(truncated: int, opts: OutputOptions) -> str:
-    """What `nmt translate` says on stderr at the end: truncated lines, where the plots are."""
+def closing_notes(truncated: int, opts: OutputOptions, unmet: list[int] | None = None) -> str:
+    """What `nmt translate` says on stderr at the end: truncated lines, lines whose constraints
+    could not all be met, where the plots are."""
     notes = []
+    if unmet:
+        shown = ", ".join(map(str, unmet[:10])) + (", ..." if len(unmet) > 10 else "")
+        notes.append(
+            f"warning: {len(unmet)} lines could not meet all their constraints within the output "
+            f"length cap and got the hypothesis meeting the most (lines {shown})"
+        )
     if truncated:
         notes.append(
             f"warning: {truncated} input lines were longer than the model's limit and were "

@@ -25,6 +25,7 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
+from nmt.text.constraints import Candidate, Progress, allocate, banned
 from nmt.text.ranking import (
     NEG_INF,
     Hypothesis,
@@ -35,7 +36,7 @@ from nmt.text.ranking import (
     restrict,
     search_is_over,
 )
-from nmt.vocab import BOS, EOS
+from nmt.vocab import BOS, EOS, PAD
 
 Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypotheses, best first)
 
@@ -327,6 +328,10 @@ class Trail:
         self.survivors: list[list[int]] = []  # per step: the candidates kept as beams 0..K-1
         self.weights: list[Tensor] = []  # per step: (K, S) attention of the beam rows
         self.finished: list[Hypothesis] = []
+        self.progress: list[Progress] = []  # with constraints to include: each beam's
+        self.offered: list[Progress] = []  # and each of the last step's candidates'
+        self.banned = [p[0] for p in source.avoid if len(p) == 1]  # phrases to avoid of one token
+        self.longer = [p for p in source.avoid if len(p) > 1]  # and of more
 
     def path(self, candidate: int) -> tuple[list[int], list[int]]:
         """The tokens of `candidate` at the last step, and the beam row each was produced by."""
@@ -351,6 +356,7 @@ class BeamPool(Pool):
         super().__init__(model, cfg, device, keep_attention)
         self.K, self.nbest = K, nbest
         self.scores = self.y = self.positions = self.max_lens = None  # scores (B, K) float64
+        self.steered = False  # whether a sentence with lexical constraints has joined
 
     def refill_level(self, live: int) -> int:
         """Refill as soon as a sentence has left. Why: a pool of constant width gives every
@@ -373,13 +379,19 @@ class BeamPool(Pool):
         self.y = cat(self.y, torch.full((n * K,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
         self.max_lens = cat(self.max_lens, torch.tensor([s.max_len for s in group], device=self.device))
-        self.live += [Trail(s) for s in group]
+        trails = [Trail(s) for s in group]
+        for trail in trails:
+            trail.progress = [Progress.start(trail.source.include)] * K if trail.source.include else []
+        self.live += trails
+        self.steered = self.steered or any(s.steered for s in group)
 
     def step(self) -> Results:
         B, K, cfg = len(self.live), self.K, self.cfg
         rows_at = self.positions.repeat_interleave(K)
         histories = [tr.history(j) for tr in self.live for j in range(K)] if cfg.no_repeat_ngram else None
         logp, state, w = self.log_probs(self.y, rows_at, histories)
+        if self.steered:
+            self.forbid(logp)
         # The best 2K candidates overall are among each beam's own best 2K tokens.
         per_beam = min(2 * K, logp.size(-1))
         beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
@@ -388,6 +400,8 @@ class BeamPool(Pool):
         top, idx = total.view(B, K * per_beam).topk(n, dim=1)  # (B, n)
         origin = idx // per_beam
         token = beam_token.view(B, K * per_beam).gather(1, idx)
+        if self.steered:
+            self.allocate(top, token, origin, logp, beam_token)
         position = torch.arange(n, device=self.device)
         survivors = ((token == EOS).long() * n + position).topk(K, dim=1, largest=False).indices
         self.positions += 1
@@ -406,6 +420,8 @@ class BeamPool(Pool):
             trail.tokens.append(tokens[i])
             trail.parents.append(parents[i])
             trail.survivors.append(kept[i])
+            if trail.source.include:
+                trail.progress = [trail.offered[c] for c in kept[i]]
             if weights is not None:
                 trail.weights.append(weights[i, :, : len(trail.source.ids)])
         for i, c in ends.nonzero().tolist():
@@ -413,8 +429,12 @@ class BeamPool(Pool):
 
         keep = []
         for i, (trail, capped) in enumerate(zip(self.live, at_cap.tolist(), strict=True)):
-            if search_is_over(trail.finished, bound[i], capped, trail.source.max_len, self.nbest, cfg):
-                yield trail.source.key, sorted(trail.finished, key=lambda h: -h.score)[: self.nbest]
+            met = [h for h in trail.finished if not h.unmet] if trail.source.steered else trail.finished
+            if search_is_over(met, bound[i], capped, trail.source.max_len, self.nbest, cfg):
+                yield (
+                    trail.source.key,
+                    sorted(trail.finished, key=lambda h: (h.unmet, -h.score))[: self.nbest],
+                )
             else:
                 keep.append(i)
         self._keep(keep, parent_rows, state)
@@ -422,11 +442,58 @@ class BeamPool(Pool):
     def forced(self) -> list[int]:
         return [_next(trail.source.prefix, len(trail.tokens)) for trail in self.live for _ in range(self.K)]
 
+    def forbid(self, logp: Tensor) -> None:
+        """Lexical constraints, in place: no EOS before every phrase to include is written, and
+        no token that completes a phrase to avoid (one-token phrases: anywhere)."""
+        K = self.K
+        for i, trail in enumerate(self.live):
+            source = trail.source
+            if source.include:
+                logp[[i * K + k for k, p in enumerate(trail.progress) if p.unmet], EOS] = NEG_INF
+            if trail.banned:
+                logp[i * K : (i + 1) * K, trail.banned] = NEG_INF
+            for k in range(K) if trail.longer or source.avoiding else ():
+                history = trail.history(k)
+                ban = banned(history, trail.longer) + (
+                    source.avoiding.after(history) if source.avoiding else []
+                )
+                logp[i * K + k, ban] = NEG_INF
+
+    def allocate(self, top: Tensor, token: Tensor, origin: Tensor, logp: Tensor, beam_token: Tensor) -> None:
+        """Dynamic beam allocation, in place, for each sentence with phrases to include: its
+        candidates are each beam's best tokens and the tokens that advance a constraint; those
+        ending in EOS (every constraint met) come first, then the K new beams shared out among
+        the banks (`constraints.allocate`), then nothing (-inf)."""
+        K, n = self.K, top.size(1)
+        for i, trail in enumerate(self.live):
+            include = trail.source.include
+            if not include:
+                continue
+            scores, best = self.scores[i].tolist(), beam_token[i * K : (i + 1) * K].tolist()
+            offered = []
+            for k, (score, progress) in enumerate(zip(scores, trail.progress, strict=True)):
+                if score == NEG_INF:
+                    continue
+                tokens = list(dict.fromkeys(best[k] + progress.wanted(include)))
+                for t, lp in zip(tokens, logp[i * K + k, tokens].tolist(), strict=True):
+                    if lp != NEG_INF:
+                        offered.append(Candidate(score + lp, k, t, progress.advance(t, include)))
+            ending = sorted((c for c in offered if c.token == EOS), reverse=True)[:K]
+            row = (ending + allocate([c for c in offered if c.token != EOS], K, include))[:n]
+            row += [Candidate(NEG_INF, 0, PAD, trail.progress[0])] * (n - len(row))
+            top[i] = torch.tensor([c.score for c in row], dtype=top.dtype)
+            token[i] = torch.tensor([c.token for c in row])
+            origin[i] = torch.tensor([c.beam for c in row])
+            trail.offered = [c.progress for c in row]
+
     def _finish(self, trail: Trail, candidate: int, log_prob: float) -> None:
         tokens, rows = trail.path(candidate)
         att = torch.stack([trail.weights[t][r] for t, r in enumerate(rows)]) if self.keep_attention else None
         score = final_score(log_prob, len(tokens), att, len(trail.source.ids), self.cfg)
-        trail.finished.append(Hypothesis(tokens, score, log_prob, att))
+        unmet = trail.offered[candidate].unmet if trail.source.include else 0
+        if trail.source.avoiding:
+            unmet += trail.source.avoiding.violations(tokens)
+        trail.finished.append(Hypothesis(tokens, score, log_prob, att, unmet))
 
     def _keep(self, keep: list[int], parent_rows: Tensor, state) -> None:
         B, K = len(self.live), self.K

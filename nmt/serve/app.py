@@ -131,7 +131,7 @@ async def translations(req: TranslateRequest, batcher: Batcher, timeout_s: float
     """The request's sentences queued on the batcher and their translations awaited: the JSON
     answer, or the error of a full queue (503), a timeout (504) or a failed decoding."""
     try:
-        job, future = batcher.submit(req.settings, req.sentences, req.prefixes)
+        job, future = batcher.submit(req.settings, req.sentences, req.prefixes, req.constraints)
     except QueueFullError as e:
         return error(503, f"the server is busy ({e}); retry shortly", {"Retry-After": "1"})
     try:

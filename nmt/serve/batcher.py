@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 from nmt.decode.translator import Translation, Translator
 from nmt.errors import NMTError
+from nmt.text.constraints import Constraints
 from nmt.text.ranking import Source
 
 log = logging.getLogger("nmt.serve")
@@ -49,6 +50,7 @@ class Job:
     sentences: list[str]
     deliver: Callable[[list[Translation] | BaseException], None]  # called once, from the worker
     prefixes: list[str] | None = None  # a target prefix per sentence ("" for none)
+    constraints: list[Constraints] | None = None  # phrases to include and avoid, per sentence
     abandoned: bool = False  # the client gave up (timeout): skip it if not decoded yet
     results: list[Translation | None] = field(default_factory=list)  # filled by the worker
     left: int = 0  # sentences still being decoded
@@ -90,7 +92,11 @@ class Batcher:
         return self._waiting
 
     def submit(
-        self, settings: Settings, sentences: list[str], prefixes: list[str] | None = None
+        self,
+        settings: Settings,
+        sentences: list[str],
+        prefixes: list[str] | None = None,
+        constraints: list[Constraints] | None = None,
     ) -> tuple[Job, asyncio.Future]:
         """Queue a job from the event loop; its future resolves to the job's translations."""
         loop = asyncio.get_running_loop()
@@ -104,7 +110,8 @@ class Batcher:
             else:
                 future.set_result(result)
 
-        job = Job(settings, sentences, lambda result: loop.call_soon_threadsafe(resolve, result), prefixes)
+        deliver = lambda result: loop.call_soon_threadsafe(resolve, result)  # noqa: E731
+        job = Job(settings, sentences, deliver, prefixes, constraints)
         with self._lock:
             if self._waiting >= self.queue_size:
                 raise QueueFullError(f"{self._waiting} requests are already waiting")
@@ -196,6 +203,14 @@ class Batcher:
                 translator.checked_prefix(p, len(row), f"sentence {i + 1}")
                 for i, (p, row) in enumerate(zip(begun, ids, strict=True))
             ]
+            guides = job.constraints or [None] * len(ids)
+            phrases = [
+                (
+                    *translator.encode_constraints(guide, start, len(row), f"sentence {i + 1}"),
+                    translator.avoiding(guide, f"sentence {i + 1}"),
+                )
+                for i, (guide, start, row) in enumerate(zip(guides, starts, ids, strict=True))
+            ]
         except Exception as e:
             if not isinstance(e, NMTError):  # requests.py lets through only text it can take
                 log.exception("encoding a request failed")
@@ -211,4 +226,4 @@ class Batcher:
             admitted.remove(job)
             job.deliver(job.results)
         for i in lines:
-            yield Source((job, i), ids[i], translator.max_len(len(ids[i])), starts[i])
+            yield Source((job, i), ids[i], translator.max_len(len(ids[i])), starts[i], *phrases[i])

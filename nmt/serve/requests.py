@@ -16,6 +16,7 @@ from typing import Any
 from nmt.config import SAMPLING  # the fields that apply only with "sample": true
 from nmt.decode.translator import Translation
 from nmt.serve.batcher import Settings
+from nmt.text.constraints import KEYS, Constraints
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class TranslateRequest:
     settings: Settings
     attention: bool
     prefixes: list[str] | None = None  # a target prefix per sentence ("" for none)
+    constraints: list[Constraints] | None = None  # phrases to include and avoid, per sentence
 
 
 FIELDS = (
@@ -59,6 +61,8 @@ FIELDS = (
     "texts",
     "prefix",
     "prefixes",
+    "constraints",
+    "avoid",
     "model",
     "beam",
     "nbest",
@@ -85,6 +89,7 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         raise RequestError(422, f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
     sentences = _sentences(data, limits)
     prefixes = _prefixes(data, limits, len(sentences))
+    constraints = _constraints(data, limits, len(sentences))
 
     model = data.get("model", next(iter(default_beams)))
     if not isinstance(model, str):
@@ -104,7 +109,11 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         "seed": _integer(data, "seed", MAX_SEED, None, least=0),
     }
     settings = Settings(model, beam, nbest, max_len, sample, **sampling)
-    return TranslateRequest(sentences, settings, attention, prefixes)
+    if constraints and (sample or max(beam, nbest) < 2):
+        raise RequestError(
+            422, "constraints: lexical constraints need beam search; ask for a beam of 2 or more"
+        )
+    return TranslateRequest(sentences, settings, attention, prefixes, constraints)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -215,6 +224,35 @@ def _prefixes(data: dict[str, Any], limits: Limits, sentences: int) -> list[str]
     return prefixes
 
 
+def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[Constraints] | None:
+    """The lexical constraints: beside `text`, `constraints` and `avoid` are lists of phrases;
+    beside `texts`, lists of such lists, one per text. None when there are none."""
+    given = [key for key in KEYS if key in data]
+    if not given:
+        return None
+    lists = {}
+    for key in given:
+        value = data[key]
+        per_text = [value] if "text" in data else value
+        shape = (
+            "a list of phrases" if "text" in data else f"a list of {sentences} lists of phrases, one per text"
+        )
+        if not isinstance(per_text, list) or len(per_text) != sentences:
+            raise RequestError(422, f"{key}: must be {shape}")
+        for i, phrases in enumerate(per_text):
+            where = key if "text" in data else f"{key}[{i}]"
+            if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
+                raise RequestError(422, f"{where}: must be a list of strings")
+            for j, phrase in enumerate(phrases):
+                _check_sentence(f"{where}[{j}]", phrase, limits)
+        lists[key] = per_text
+    empty = [[]] * sentences
+    return [
+        Constraints(*pair)
+        for pair in zip(lists.get("constraints", empty), lists.get("avoid", empty), strict=True)
+    ]
+
+
 def _check_sentence(where: str, s: str, limits: Limits) -> None:
     """One sentence: at most `max_chars` characters of one line of Unicode text."""
     if len(s) > limits.max_chars:
@@ -263,6 +301,8 @@ def translation_json(t: Translation, nbest: int, attention: bool) -> dict[str, A
     """One translation as JSON: the best text and score, the n-best list when asked for, and the
     word-level attention of the best hypothesis when asked for."""
     out: dict[str, Any] = {"text": t.text, "score": t.score, "truncated": t.truncated}
+    if t.hypotheses and t.hypotheses[0].unmet:
+        out["unmet_constraints"] = t.hypotheses[0].unmet  # not all fit under the length cap
     if nbest > 1:
         out["nbest"] = [{"text": text, "score": score} for text, score in zip(t.texts, t.scores, strict=True)]
     if attention:

@@ -26,6 +26,14 @@ class Source:
     ids: list[int]
     max_len: int
     prefix: list[int] = field(default_factory=list)  # target ids every hypothesis starts with
+    include: list[list[int]] = field(default_factory=list)  # phrases (target ids) it must contain
+    avoid: list[list[int]] = field(default_factory=list)  # phrases it must not contain
+    avoiding: Any = None  # the phrases to avoid as text (`constraints.Avoiding`), when there are any
+
+    @property
+    def steered(self) -> bool:
+        """Whether it has lexical constraints (`nmt.text.constraints`)."""
+        return bool(self.include or self.avoid)
 
 
 @dataclass
@@ -34,6 +42,7 @@ class Hypothesis:
     score: float  # the ranking score: log_prob / length_penalty + coverage_penalty
     log_prob: float  # sum of the tokens' log-probabilities
     attention: Any  # (len(tokens), S) weights (a tensor or an array); None when not kept
+    unmet: int = 0  # constraints it does not meet (only when none met them all by the length cap)
 
 
 def beam_width(cfg: DecodeConfig, nbest: int) -> int:

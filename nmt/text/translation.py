@@ -12,6 +12,7 @@ No torch here, so the torch-free runtime can build on it.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
-from nmt.text.ranking import Hypothesis, Source
-from nmt.vocab import EOS
+from nmt.text.constraints import Avoiding, Constraints
+from nmt.text.ranking import Hypothesis, Source, is_greedy
+from nmt.vocab import BOS, EOS, PAD, UNK
 from nmt.words import merge_attention
 
 # Lines sorted by length together: plenty for full batches, and a small reorder buffer (2,000
@@ -118,21 +120,26 @@ class TextTranslator:
         nbest: int = 1,
         attention: bool = True,
         prefixes: str | list[str] | None = None,
+        constraints: Constraints | dict | list[Constraints | dict] | None = None,
         **settings: object,
     ) -> list[Translation]:
         """Translations of `sentences` in their order (a single string is one sentence), each
         with `nbest` hypotheses; `settings` (`beam=5`, `max_len=50`, ...) apply to this call.
         `attention=False` skips keeping the attention weights (faster on long inputs).
         `prefixes`: a target prefix for each sentence ("" for none) that its translation starts
-        with, the search going on from there."""
+        with, the search going on from there. `constraints`: for each sentence, phrases its
+        translation must contain and must not (`{"constraints": [...], "avoid": [...]}` or a
+        `Constraints`; beam search)."""
         translator = self.configured(**settings) if settings else self
         lines = [sentences] if isinstance(sentences, str) else list(sentences)
         starts = [prefixes] if isinstance(prefixes, str) else prefixes
-        if starts is not None and len(starts) != len(lines):
-            raise NMTError(
-                f"prefixes: {len(starts)} for {len(lines)} sentences; give one for each ('' for none)"
-            )
-        return list(translator.iter_translate(lines, nbest, attention=attention, prefixes=starts))
+        guides = [constraints] if isinstance(constraints, (dict, Constraints)) else constraints
+        for name, given in (("prefixes", starts), ("constraints", guides)):
+            if given is not None and len(given) != len(lines):
+                raise NMTError(f"{name}: {len(given)} for {len(lines)} sentences; give one for each")
+        return list(
+            translator.iter_translate(lines, nbest, attention=attention, prefixes=starts, constraints=guides)
+        )
 
     def iter_translate(
         self,
@@ -141,35 +148,40 @@ class TextTranslator:
         progress: Callable[[int], None] | None = None,
         attention: bool = True,
         prefixes: Iterable[str] | None = None,
+        constraints: Iterable[Constraints | dict] | None = None,
     ) -> Iterator[Translation]:
         """Translations in input order, each as soon as its turn comes; `lines` are read a
         window at a time, so an input of any length (a file read as it goes) costs the memory of
         one window. A result waiting for its turn is kept as ids and hypotheses (None for an
         empty line) and made a `Translation` when it leaves: up to a window of them wait.
-        `prefixes`, read beside `lines`: the target prefix of each ("" for none)."""
+        `prefixes` and `constraints`, read beside `lines`: the target prefix of each ("" for
+        none) and its lexical constraints (see `translate`)."""
         done: dict[int, tuple[list[int], bool, list[Hypothesis]] | None] = {}
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
-        starts: dict[int, list[int]] = {}  # waiting: their target prefixes
-        remaining = aligned(lines, prefixes) if prefixes is not None else ((line, "") for line in lines)
+        steering: dict[int, tuple] = {}  # waiting: the target prefix, phrases to include and avoid
+        remaining = aligned(lines, prefixes, constraints)
+        if constraints is not None and (is_greedy(self.cfg, nbest) or self.cfg.sample):
+            raise NMTError("constraints: lexical constraints need beam search; set a beam of 2 or more")
 
         def windows() -> Iterator[Source]:
             start = 0
             while window := list(itertools.islice(remaining, SORT_WINDOW)):
-                ids, truncated = self.encode_sources([line for line, _ in window])
-                begun = self.encode_prefixes([prefix for _, prefix in window])
+                ids, truncated = self.encode_sources([line for line, _, _ in window])
+                begun = self.encode_prefixes([prefix for _, prefix, _ in window])
                 order = []
-                for offset, ((line, _), row) in enumerate(zip(window, ids, strict=True)):
+                for offset, ((line, _, guide), row) in enumerate(zip(window, ids, strict=True)):
                     if line.strip():
+                        where = f"line {start + offset + 1}"
                         sources[start + offset] = (row, offset in truncated)
-                        starts[start + offset] = self.checked_prefix(
-                            begun[offset], len(row), f"line {start + offset + 1}"
-                        )
+                        prefix = self.checked_prefix(begun[offset], len(row), where)
+                        phrases = self.encode_constraints(guide, prefix, len(row), where)
+                        steering[start + offset] = (prefix, *phrases, self.avoiding(guide, where))
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
                 order.sort(key=lambda i: len(sources[i][0]))
                 for i in order:
-                    yield Source(i, sources[i][0], self.max_len(len(sources[i][0])), starts.pop(i))
+                    yield Source(i, sources[i][0], self.max_len(len(sources[i][0])), *steering.pop(i))
                 start += len(window)
 
         def leave(entry: tuple[list[int], bool, list[Hypothesis]] | None) -> Translation:
@@ -213,6 +225,63 @@ class TextTranslator:
             )
         return prefix
 
+    def encode_constraints(
+        self, guide: Constraints | dict | None, prefix: list[int], src_len: int, where: str
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """A sentence's phrases to include and to avoid as target ids, refused in one line when
+        one is empty or only unknown pieces, or when those to include cannot all fit under the
+        output cap beside the prefix."""
+        if guide is None:
+            return [], []
+        guide = Constraints.parse(guide, where)
+        encoded = []
+        for key, phrases in (("constraints", guide.include), ("avoid", guide.avoid)):
+            texts = [normalize(p, self.normalize_form) for p in phrases]
+            ids = self.tok.tgt.encode_batch(texts) if texts else []
+            for number, (text, pieces) in enumerate(zip(texts, ids, strict=True), 1):
+                if not pieces:
+                    raise NMTError(f"{where}: {key} {number} is empty; give each phrase some text")
+                if all(p == UNK or self.tok.tgt.sp.id_to_piece(p) == "\u2581" for p in pieces):
+                    raise NMTError(f"{where}: {key} {number} ({text!r}) is only unknown pieces to this model")
+            encoded.append(ids)
+        needed = len(prefix) + sum(map(len, encoded[0]))
+        if encoded[0] and needed >= self.max_len(src_len):
+            raise NMTError(
+                f"{where}: the constraints (and prefix) need {needed} pieces and the output cap for "
+                f"its source is {self.max_len(src_len)}, EOS included; give fewer or raise "
+                "decode.max_len, max_len_ratio or max_len_add"
+            )
+        words = [normalize(p, self.normalize_form) for p in guide.avoid if len(p.split()) == 1]
+        holding = [[i] for word in words for i, piece in enumerate(self.marked_pieces) if word in piece]
+        inside = [ids for ids in map(self.inside_a_word, encoded[1]) if ids]
+        return encoded[0], encoded[1] + inside + holding
+
+    @functools.cached_property
+    def marked_pieces(self) -> list[str]:
+        """Every target piece's text by id, the word-start mark kept (special pieces: "")."""
+        sp, special = self.tok.tgt.sp, (PAD, UNK, BOS, EOS)
+        return ["" if i in special else sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+    def inside_a_word(self, ids: list[int]) -> list[int] | None:
+        """A phrase's pieces as they would be written inside a word (without the word-start
+        mark), so that a phrase to avoid is banned there too; None when it has no such spelling."""
+        sp = self.tok.tgt.sp
+        first = sp.id_to_piece(ids[0])
+        if not first.startswith("\u2581"):
+            return None
+        if first == "\u2581":
+            return ids[1:] or None
+        piece = sp.piece_to_id(first[1:])
+        return [piece, *ids[1:]] if piece != UNK else None
+
+    def avoiding(self, guide: Constraints | dict | None, where: str) -> Avoiding | None:
+        """A sentence's phrases to avoid as text, for the search (None when there are none)."""
+        phrases = Constraints.parse(guide, where).avoid if guide else []
+        if not phrases:
+            return None
+        texts = [normalize(p, self.normalize_form) for p in phrases]
+        return Avoiding(texts, self.marked_pieces, self.tok.tgt.decode)
+
     def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
         """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the
         indices of the lines that were cut."""
@@ -249,8 +318,10 @@ class TextTranslator:
 
         def keys() -> Iterator[int]:
             for source in sources:
-                if source.prefix:
-                    raise NMTError("this engine does not take target prefixes; use --engine torch")
+                if source.prefix or source.steered:
+                    raise NMTError(
+                        "this engine does not take target prefixes or constraints; use --engine torch"
+                    )
                 waiting[source.key] = source
                 yield source.key
 
@@ -263,11 +334,21 @@ class TextTranslator:
         raise NotImplementedError
 
 
-def aligned(lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """(line, prefix) pairs, refused in one line when one side runs out before the other."""
+def aligned(
+    lines: Iterable[str], prefixes: Iterable[str] | None, constraints: Iterable[Any] | None
+) -> Iterator[tuple[str, str, Any]]:
+    """(line, prefix, constraints) triples ("" and None where none are given), refused in one
+    line when a stream beside the lines runs out before them or after."""
+    given = {name: s for name, s in (("prefixes", prefixes), ("constraints", constraints)) if s is not None}
     ends = object()
-    for number, (line, prefix) in enumerate(itertools.zip_longest(lines, prefixes, fillvalue=ends), 1):
-        if line is ends or prefix is ends:
-            more = "prefixes than input lines" if line is ends else "input lines than prefixes"
-            raise NMTError(f"prefixes: more {more} (at line {number}); give one prefix a line ('' for none)")
-        yield line, prefix
+    for number, (line, *beside) in enumerate(
+        itertools.zip_longest(lines, *given.values(), fillvalue=ends), 1
+    ):
+        for name, value in zip(given, beside, strict=True):
+            if line is ends or value is ends:
+                more = f"{name} than input lines" if line is ends else f"input lines than {name}"
+                raise NMTError(
+                    f"{name}: more {more} (at line {number}); give one a line (an empty one for none)"
+                )
+        found = dict(zip(given, beside, strict=True))
+        yield line, found.get("prefixes", ""), found.get("constraints")

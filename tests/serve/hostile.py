@@ -46,11 +46,16 @@ any_json = json_values(st.none() | numbers | huge_integers | odd_strings)
 plain_json = json_values(st.none() | numbers | odd_strings)  # no huge integer to refuse it all
 
 
+# beside "text" a list of phrases, beside "texts" a list of them per text
+PHRASES = st.lists(odd_strings, max_size=3) | st.lists(st.lists(odd_strings, max_size=3), max_size=12)
 RIGHT_KIND = {
     "text": odd_strings,
     "texts": st.lists(odd_strings, max_size=12) | st.just([""] * 500),
     "prefix": odd_strings,
     "prefixes": st.lists(odd_strings, max_size=12),
+    "constraints": st.lists(odd_strings, max_size=3)
+    | st.lists(st.lists(odd_strings, max_size=3), max_size=12),
+    "avoid": st.lists(odd_strings, max_size=3) | st.lists(st.lists(odd_strings, max_size=3), max_size=12),
     "model": st.sampled_from(["run", "", "other", "\ud800"]),
     "beam": st.integers(-2, 5),
     "nbest": st.integers(-2, 5),

@@ -47,6 +47,12 @@ def assert_within_limits(req: TranslateRequest, limits: Limits) -> None:
         for p in req.prefixes:
             assert isinstance(p, str) and len(p) <= limits.max_chars
             assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in p), repr(p)
+    if req.constraints is not None:
+        assert len(req.constraints) == len(req.sentences) and max(beam, nbest) >= 2 and not sampling.sample
+        for guide in req.constraints:
+            for p in [*guide.include, *guide.avoid]:
+                assert isinstance(p, str) and len(p) <= limits.max_chars
+                assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in p), repr(p)
     if sampling.sample is not True:
         assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed) == (None,) * 4
 

@@ -178,6 +178,29 @@ def test_prefixed_answers_equal_nmt_translate_with_prefixes(server, model, lines
     assert status == 422 and "sentence 1: the prefix has" in body["error"]
 
 
+def test_constrained_answers_equal_nmt_translate_with_constraints(server, model, lines, tmp_path):
+    """Constraints ride with their sentences through the shared pool, beside plain requests; the
+    phrases appear in every answer, those to avoid in none."""
+    chosen = [line for line in lines[:12] if line]
+    guides = [{"constraints": ["19"], "avoid": ["-0"]} if i % 3 == 0 else {} for i in range(len(chosen))]
+    source, constraints = tmp_path / "in.txt", tmp_path / "constraints.jsonl"
+    source.write_text("".join(line + "\n" for line in chosen), encoding="utf-8")
+    constraints.write_text("".join(json.dumps(g) + "\n" for g in guides), encoding="utf-8")
+    expected = cli_translate(model, chosen, "--constraints", str(constraints), "--beam", "4")
+    lists = {key: [g.get(key, []) for g in guides[:6]] for key in ("constraints", "avoid")}
+    status, _, body = server.post({"texts": chosen[:6], "beam": 4, **lists})
+    assert status == 200, body
+    with ThreadPoolExecutor(4) as pool:
+        singles = list(
+            pool.map(lambda i: server.post({"text": chosen[i], "beam": 4, **guides[i]}), range(6, 12))
+        )
+    served = [t["text"] for t in body["translations"]] + [b["translations"][0]["text"] for _, _, b in singles]
+    assert "".join(text + "\n" for text in served) == expected
+    assert all("19" in text and "-0" not in text for text, g in zip(served, guides, strict=True) if g)
+    status, _, body = server.post({"text": chosen[0], "beam": 4, "constraints": ["1999 " * 30]})
+    assert status == 422 and "sentence 1: the constraints (and prefix) need" in body["error"]
+
+
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
     status, _, body = server.post({"texts": lines[:8]})
     assert status == 200

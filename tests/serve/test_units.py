@@ -7,6 +7,7 @@ import pytest
 from nmt.serve.batcher import Settings
 from nmt.serve.requests import Limits, RequestError, parse_translate
 from nmt.serve.server import model_names
+from nmt.text.constraints import Constraints
 
 DEFAULT_BEAMS = {"first": 4, "second": 1}
 LIMITS = Limits(max_sentences=3, max_chars=10)
@@ -31,6 +32,10 @@ def test_defaults_come_from_the_first_model():
     assert parse({"text": "a", "sample": False}).settings == Settings("first", 4, 1, None, False)
     assert parse({"text": "a", "prefix": "b"}).prefixes == ["b"] and parse({"text": "a"}).prefixes is None
     assert parse({"texts": ["a", "b"], "prefixes": ["", "c"]}).prefixes == ["", "c"]
+    assert parse({"text": "a", "constraints": ["b"]}).constraints == [Constraints(["b"], [])]
+    req = parse({"texts": ["a", "b"], "avoid": [["c"], []], "constraints": [[], ["d", "e"]]})
+    assert req.constraints == [Constraints([], ["c"]), Constraints(["d", "e"], [])]
+    assert parse({"text": "a"}).constraints is None
 
 
 @pytest.mark.parametrize(
@@ -63,6 +68,13 @@ def test_defaults_come_from_the_first_model():
         ({"texts": ["a", "b"], "prefixes": ["c", None]}, 422, "prefixes[1]: must be a string"),
         ({"text": "a", "prefix": "b\nc"}, 422, "prefix: one sentence per string"),
         ({"text": "a", "prefix": "x" * 11}, 413, "prefix: 11 characters, at most 10"),
+        ({"text": "a", "constraints": "b"}, 422, "constraints: must be a list of strings"),
+        ({"text": "a", "avoid": [3]}, 422, "avoid: must be a list of strings"),
+        ({"texts": ["a", "b"], "constraints": [["c"]]}, 422, "constraints: must be a list of 2 lists"),
+        ({"texts": ["a"], "avoid": [["c", None]]}, 422, "avoid[0]: must be a list of strings"),
+        ({"text": "a", "constraints": ["x" * 11]}, 413, "constraints[0]: 11 characters, at most 10"),
+        ({"text": "a", "constraints": ["b"], "beam": 1}, 422, "lexical constraints need beam search"),
+        ({"text": "a", "avoid": ["b"], "sample": True}, 422, "lexical constraints need beam search"),
         ({"text": "a", "top_k": 5}, 422, 'top_k: applies only when sampling; add "sample": true'),
         ({"text": "a", "sample": False, "seed": 5}, 422, "seed: applies only when sampling"),
         (
