@@ -18,11 +18,9 @@ from nmt.data.corpus import EncodedCorpus, Side
 from nmt.data.prepare import prepare
 from nmt.data.subwords import EpochSampler, Sampling, sample_epoch
 from nmt.data.tokenizer import TokenizerPair
-from nmt.rundir import read_metrics
 from nmt.vocab import UNK
-from tests.conftest import one_line_error, sets
-from tests.test_corpora import CORPORA
-from tests.test_end_to_end import TINY
+from tests.conftest import one_line_error
+from tests.test_corpora import losses, train
 
 runner = CliRunner()
 
@@ -108,37 +106,11 @@ def test_the_worker_draws_the_next_epoch_ahead_and_a_sample_on_disk_is_read_back
         pool.apply_async(print)
 
 
-def train(toy_dir, out, *extra, code=0):
-    args = [
-        "train",
-        "-c",
-        "toy-luong.yaml",
-        *sets([*TINY, f"data.dir={toy_dir}", *extra]),
-        "-o",
-        str(out),
-        "-q",
-    ]
-    result = runner.invoke(app, args)
-    assert result.exit_code == code, result.output
-    return result
-
-
-def losses(run):
-    return [(m["step"], m["loss"]) for m in read_metrics(run) if "loss" in m]
-
-
 def test_a_sampled_run_with_weighted_corpora_resumes_on_the_pieces_it_was_training_on(toy_dir, tmp_path):
     """A run cut after 5 of an epoch's 8 batches (16 pairs each), copied, and both copies
     resumed to the end of the epoch: they train on the same kept sample, so alike to the bit;
     without sampling the losses differ."""
-    run = [
-        "tokenizer.sampling_alpha=0.5",
-        f"data.corpora={CORPORA}",
-        "train.batch_size=16",
-        "train.log_every=1",
-        "train.valid_every=10",
-        f"data.cache_dir={tmp_path / 'cache'}",
-    ]
+    run = ["tokenizer.sampling_alpha=0.5", "train.log_every=1", f"data.cache_dir={tmp_path / 'cache'}"]
     train(toy_dir, tmp_path / "cut", *run, "train.max_steps=5")
     sample = tmp_path / "cut" / "sampled" / "epoch-0"
     sources = rows(EncodedCorpus.open(sample, json.loads((sample / "layout.json").read_text())).src)

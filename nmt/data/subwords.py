@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nmt.config import Config
 from nmt.data.corpus import CorpusWriter, EncodedCorpus, Side
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
 from nmt.vocab import UNK
@@ -115,6 +116,20 @@ class EpochSampler:
         self.seed, self.folder = seed, Path(folder)
         self.pool: Pool | None = None  # started with the first epoch: nothing runs during start-up
         self.pending: dict[int, AsyncResult] = {}
+
+    @classmethod
+    def of(cls, cfg: Config, corpus: EncodedCorpus, tok: TokenizerPair, folder: Path) -> EpochSampler | None:
+        """The sampler `tokenizer.sampling_alpha` asks for (each epoch's in `folder`), or None."""
+        t = cfg.tokenizer
+        if not t.sampling_alpha:
+            return None
+        return cls(
+            corpus,
+            tok,
+            Sampling(t.sampling_alpha, t.sampling_nbest, cfg.data.max_len),
+            cfg.train.seed,
+            folder,
+        )
 
     def _start(self, epoch: int) -> None:
         if epoch in self.pending or (self.folder / f"epoch-{epoch}" / LAYOUT).is_file():

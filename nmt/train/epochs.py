@@ -27,7 +27,7 @@ from nmt.data.batching import (
 from nmt.data.cleaning import describe_dropped
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.prepare import PreparedData, prepare
-from nmt.data.subwords import EpochSampler, Sampling
+from nmt.data.subwords import EpochSampler
 from nmt.data.tokenizer import TokenizerPair
 from nmt.train import distributed
 from nmt.vocab import UNK
@@ -93,24 +93,14 @@ def unknown_share(tokens: np.ndarray, chunk: int = 1 << 24) -> float:
     return unknown / max(1, len(tokens))
 
 
-def epoch_sampler(cfg: Config, data: PreparedData, folder: Path) -> EpochSampler | None:
-    """The worker that segments each epoch afresh (`tokenizer.sampling_alpha`) into `folder`,
-    or None."""
-    t = cfg.tokenizer
-    if not t.sampling_alpha:
-        return None
-    sampling = Sampling(t.sampling_alpha, t.sampling_nbest, cfg.data.max_len)
-    return EpochSampler(data.train, data.tokenizers, sampling, cfg.train.seed, folder)
-
-
 class Epochs:
     def __init__(self, cfg: Config, data: PreparedData, device: torch.device, run_dir: Path):
         self.cfg, self.device = cfg, device
         self.corpus, self.parts = data.train, data.parts
-        self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
-        self.sampler = epoch_sampler(cfg, data, run_dir / SAMPLED)
-        self.current = 0  # batches in the current epoch, once it has started
         self.notes = data_notes(cfg, data)  # the lines a run starts with about its data
+        self.current = 0  # batches in the current epoch, once it has started
+        self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
+        self.sampler = EpochSampler.of(cfg, data.train, data.tokenizers, run_dir / SAMPLED)
 
     def plan(self, epoch: int, sampled: bool = True) -> EpochPlan:
         """This process's batches of `epoch` (every `world`-th under torchrun), with subword
