@@ -152,8 +152,9 @@ def translate(
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    steering = (prefixes, constraints)
-    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, *steering)
+    summary = run_translate(
+        model, input, output, decode, opts, device, quantize, engine, quiet, prefixes, constraints
+    )
     if summary:
         typer.echo(summary, err=True)
 

@@ -465,13 +465,14 @@ class BeamPool(Pool):
         ending in EOS (every constraint met) come first, then the K new beams shared out among
         the banks (`constraints.allocate`), then nothing (-inf)."""
         K, n = self.K, top.size(1)
+        all_scores, all_best = self.scores.tolist(), beam_token.tolist()  # one copy from the device
         for i, trail in enumerate(self.live):
             include = trail.source.include
             if not include:
                 continue
-            scores, best = self.scores[i].tolist(), beam_token[i * K : (i + 1) * K].tolist()
+            best = all_best[i * K : (i + 1) * K]
             offered = []
-            for k, (score, progress) in enumerate(zip(scores, trail.progress, strict=True)):
+            for k, (score, progress) in enumerate(zip(all_scores[i], trail.progress, strict=True)):
                 if score == NEG_INF:
                     continue
                 tokens = list(dict.fromkeys(best[k] + progress.wanted(include)))

@@ -199,17 +199,10 @@ class Batcher:
         try:
             ids, truncated = translator.encode_sources(job.sentences)
             begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
-            starts = [
-                translator.checked_prefix(p, len(row), f"sentence {i + 1}")
-                for i, (p, row) in enumerate(zip(begun, ids, strict=True))
-            ]
             guides = job.constraints or [None] * len(ids)
-            phrases = [
-                (
-                    *translator.encode_constraints(guide, start, len(row), f"sentence {i + 1}"),
-                    translator.avoiding(guide, f"sentence {i + 1}"),
-                )
-                for i, (guide, start, row) in enumerate(zip(guides, starts, ids, strict=True))
+            steering = [
+                translator.steering(prefix, guide, len(row), f"sentence {i + 1}")
+                for i, (prefix, guide, row) in enumerate(zip(begun, guides, ids, strict=True))
             ]
         except Exception as e:
             if not isinstance(e, NMTError):  # requests.py lets through only text it can take
@@ -226,4 +219,4 @@ class Batcher:
             admitted.remove(job)
             job.deliver(job.results)
         for i in lines:
-            yield Source((job, i), ids[i], translator.max_len(len(ids[i])), starts[i], *phrases[i])
+            yield Source((job, i), ids[i], translator.max_len(len(ids[i])), *steering[i])

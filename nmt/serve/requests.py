@@ -233,12 +233,9 @@ def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[C
     lists = {}
     for key in given:
         value = data[key]
-        per_text = [value] if "text" in data else value
-        shape = (
-            "a list of phrases" if "text" in data else f"a list of {sentences} lists of phrases, one per text"
-        )
+        per_text = [value] if "text" in data else value  # beside "text", one list; its check follows
         if not isinstance(per_text, list) or len(per_text) != sentences:
-            raise RequestError(422, f"{key}: must be {shape}")
+            raise RequestError(422, f"{key}: must be a list of {sentences} lists of phrases, one per text")
         for i, phrases in enumerate(per_text):
             where = key if "text" in data else f"{key}[{i}]"
             if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):

@@ -42,7 +42,7 @@ class Hypothesis:
     score: float  # the ranking score: log_prob / length_penalty + coverage_penalty
     log_prob: float  # sum of the tokens' log-probabilities
     attention: Any  # (len(tokens), S) weights (a tensor or an array); None when not kept
-    unmet: int = 0  # constraints it does not meet (only when none met them all by the length cap)
+    unmet: int = 0  # constraints it misses: phrases not written, phrases to avoid in its text
 
 
 def beam_width(cfg: DecodeConfig, nbest: int) -> int:

@@ -22,7 +22,7 @@ from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
-from nmt.text.constraints import Avoiding, Constraints
+from nmt.text.constraints import MARK, Avoiding, Constraints
 from nmt.text.ranking import Hypothesis, Source, is_greedy
 from nmt.vocab import BOS, EOS, PAD, UNK
 from nmt.words import merge_attention
@@ -173,9 +173,7 @@ class TextTranslator:
                     if line.strip():
                         where = f"line {start + offset + 1}"
                         sources[start + offset] = (row, offset in truncated)
-                        prefix = self.checked_prefix(begun[offset], len(row), where)
-                        phrases = self.encode_constraints(guide, prefix, len(row), where)
-                        steering[start + offset] = (prefix, *phrases, self.avoiding(guide, where))
+                        steering[start + offset] = self.steering(begun[offset], guide, len(row), where)
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
@@ -225,23 +223,34 @@ class TextTranslator:
             )
         return prefix
 
+    def steering(
+        self, prefix: list[int], guide: Constraints | dict | None, src_len: int, where: str
+    ) -> tuple[list[int], list[list[int]], list[list[int]], Avoiding | None]:
+        """What steers one sentence's search (`Source`'s prefix, include, avoid and avoiding):
+        its encoded target prefix, checked to leave room under the output cap, and its lexical
+        constraints (`encode_constraints`)."""
+        prefix = self.checked_prefix(prefix, src_len, where)
+        return (prefix, *self.encode_constraints(guide, prefix, src_len, where))
+
     def encode_constraints(
         self, guide: Constraints | dict | None, prefix: list[int], src_len: int, where: str
-    ) -> tuple[list[list[int]], list[list[int]]]:
-        """A sentence's phrases to include and to avoid as target ids, refused in one line when
-        one is empty or only unknown pieces, or when those to include cannot all fit under the
-        output cap beside the prefix."""
+    ) -> tuple[list[list[int]], list[list[int]], Avoiding | None]:
+        """A sentence's phrases to include and to avoid as target ids (those to avoid with their
+        spellings inside a word and every piece holding a word to avoid), and the phrases to
+        avoid as text (None when none). Refused in one line when a phrase is empty or only
+        unknown pieces, or when those to include cannot all fit under the output cap beside the
+        prefix."""
         if guide is None:
-            return [], []
+            return [], [], None
         guide = Constraints.parse(guide, where)
-        encoded = []
+        encoded, texts = [], {}
         for key, phrases in (("constraints", guide.include), ("avoid", guide.avoid)):
-            texts = [normalize(p, self.normalize_form) for p in phrases]
-            ids = self.tok.tgt.encode_batch(texts) if texts else []
-            for number, (text, pieces) in enumerate(zip(texts, ids, strict=True), 1):
+            texts[key] = [normalize(p, self.normalize_form) for p in phrases]
+            ids = self.tok.tgt.encode_batch(texts[key]) if phrases else []
+            for number, (text, pieces) in enumerate(zip(texts[key], ids, strict=True), 1):
                 if not pieces:
                     raise NMTError(f"{where}: {key} {number} is empty; give each phrase some text")
-                if all(p == UNK or self.tok.tgt.sp.id_to_piece(p) == "\u2581" for p in pieces):
+                if all(p == UNK or self.marked_pieces[p] == MARK for p in pieces):
                     raise NMTError(f"{where}: {key} {number} ({text!r}) is only unknown pieces to this model")
             encoded.append(ids)
         needed = len(prefix) + sum(map(len, encoded[0]))
@@ -251,10 +260,13 @@ class TextTranslator:
                 f"its source is {self.max_len(src_len)}, EOS included; give fewer or raise "
                 "decode.max_len, max_len_ratio or max_len_add"
             )
-        words = [normalize(p, self.normalize_form) for p in guide.avoid if len(p.split()) == 1]
+        if not texts["avoid"]:
+            return encoded[0], [], None
+        words = [text for text in texts["avoid"] if len(text.split()) == 1]
         holding = [[i] for word in words for i, piece in enumerate(self.marked_pieces) if word in piece]
         inside = [ids for ids in map(self.inside_a_word, encoded[1]) if ids]
-        return encoded[0], encoded[1] + inside + holding
+        avoiding = Avoiding(texts["avoid"], self.marked_pieces, self.tok.tgt.decode)
+        return encoded[0], encoded[1] + inside + holding, avoiding
 
     @functools.cached_property
     def marked_pieces(self) -> list[str]:
@@ -265,22 +277,13 @@ class TextTranslator:
     def inside_a_word(self, ids: list[int]) -> list[int] | None:
         """A phrase's pieces as they would be written inside a word (without the word-start
         mark), so that a phrase to avoid is banned there too; None when it has no such spelling."""
-        sp = self.tok.tgt.sp
-        first = sp.id_to_piece(ids[0])
-        if not first.startswith("\u2581"):
+        first = self.marked_pieces[ids[0]]
+        if not first.startswith(MARK):
             return None
-        if first == "\u2581":
+        if first == MARK:
             return ids[1:] or None
-        piece = sp.piece_to_id(first[1:])
+        piece = self.tok.tgt.sp.piece_to_id(first[1:])
         return [piece, *ids[1:]] if piece != UNK else None
-
-    def avoiding(self, guide: Constraints | dict | None, where: str) -> Avoiding | None:
-        """A sentence's phrases to avoid as text, for the search (None when there are none)."""
-        phrases = Constraints.parse(guide, where).avoid if guide else []
-        if not phrases:
-            return None
-        texts = [normalize(p, self.normalize_form) for p in phrases]
-        return Avoiding(texts, self.marked_pieces, self.tok.tgt.decode)
 
     def encode_sources(self, lines: list[str]) -> tuple[list[list[int]], set[int]]:
         """Normalised, tokenised source ids ending in EOS, cut to `src_limit` pieces, and the

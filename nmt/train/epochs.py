@@ -65,24 +65,27 @@ def corpora_note(cfg: Config, parts: list[int]) -> str:
 
 def data_notes(cfg: Config, data: PreparedData) -> list[str]:
     """The lines a run starts with about its data: pairs kept and dropped, validation pairs,
-    vocabulary sizes, whether the cache was reused, unknown pieces; the corpora's shares when
-    there are several."""
+    vocabulary sizes, whether the cache was reused; the unknown pieces of a fine-tuning run's
+    data (counting them reads the whole corpus, so other runs skip it); the corpora's shares
+    when there are several."""
     pairs, tok = len(data.held_out["valid"].pairs), data.tokenizers
     corpora = [corpora_note(cfg, data.parts)] if cfg.data.corpora else []
-    src, tgt = unknown_rates(data.train)
+    unknown = ""
+    if cfg.train.init_from:
+        src, tgt = unknown_rates(data.train)
+        unknown = f"; unknown pieces in the training data: {src:.2%} of source, {tgt:.2%} of target"
     return [
         f"data: {len(data.train)} training pairs (dropped: {describe_dropped(data.dropped)}), "
         f"{pairs} validation pairs; vocabulary {len(tok.src)}/{len(tok.tgt)}"
         + (" (cached)" if data.from_cache else "")
-        + f"; unknown pieces in the training data: {src:.2%} of source, {tgt:.2%} of target",
+        + unknown,
         *corpora,
     ]
 
 
 def unknown_rates(corpus: EncodedCorpus) -> tuple[float, float]:
-    """The share of source and target pieces that are the unknown piece: how much of the data
-    the tokenizers cannot spell (a fine-tuning run's new data, or characters left out by
-    `tokenizer.character_coverage`)."""
+    """The share of source and target pieces that are the unknown piece: how much of a
+    fine-tuning run's new data the checkpoint's tokenizers cannot spell."""
     return tuple(unknown_share(side.tokens) for side in (corpus.src, corpus.tgt))  # type: ignore[return-value]
 
 
