@@ -191,11 +191,7 @@ def _sentences(data: dict[str, Any], limits: Limits) -> list[str]:
         raise RequestError(
             413, f"texts: {len(sentences)} sentences, at most {limits.max_sentences} per request"
         )
-    for i, s in enumerate(sentences):
-        if not isinstance(s, str):
-            raise RequestError(422, f"texts[{i}]: must be a string, got {type(s).__name__}")
-        _check_sentence(f"texts[{i}]", s, limits)
-    return sentences
+    return _strings("texts", sentences, limits)
 
 
 def _prefixes(data: dict[str, Any], limits: Limits, sentences: int) -> list[str] | None:
@@ -217,11 +213,7 @@ def _prefixes(data: dict[str, Any], limits: Limits, sentences: int) -> list[str]
         raise RequestError(
             422, f"prefixes: must be a list of {sentences} strings, one per text ('' for none)"
         )
-    for i, p in enumerate(prefixes):
-        if not isinstance(p, str):
-            raise RequestError(422, f"prefixes[{i}]: must be a string, got {type(p).__name__}")
-        _check_sentence(f"prefixes[{i}]", p, limits)
-    return prefixes
+    return _strings("prefixes", prefixes, limits)
 
 
 def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[Constraints] | None:
@@ -240,14 +232,22 @@ def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[C
             where = key if "text" in data else f"{key}[{i}]"
             if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
                 raise RequestError(422, f"{where}: must be a list of strings")
-            for j, phrase in enumerate(phrases):
-                _check_sentence(f"{where}[{j}]", phrase, limits)
+            _strings(where, phrases, limits)
         lists[key] = per_text
     empty = [[]] * sentences
     return [
         Constraints(*pair)
         for pair in zip(lists.get("constraints", empty), lists.get("avoid", empty), strict=True)
     ]
+
+
+def _strings(where: str, items: list, limits: Limits) -> list[str]:
+    """`items`, each a string checked like a sentence (`_check_sentence`), named `where[i]`."""
+    for i, s in enumerate(items):
+        if not isinstance(s, str):
+            raise RequestError(422, f"{where}[{i}]: must be a string, got {type(s).__name__}")
+        _check_sentence(f"{where}[{i}]", s, limits)
+    return items
 
 
 def _check_sentence(where: str, s: str, limits: Limits) -> None:
