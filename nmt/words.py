@@ -118,6 +118,14 @@ def merge_attention(
     return tgt.mean_pieces(src.sum_pieces(weights)), src.words, tgt.words
 
 
+def word_matrix(weights, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """Attention over words, without the `</s>` row and column: (target words, source words)."""
+    src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
+    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
+    merged = tgt.mean_pieces(src.sum_pieces(weights))
+    return merged[np.ix_(tgt.text_indices, src.text_indices)]
+
+
 def attention_view(
     weights, src_pieces: list[str], tgt_pieces: list[str], pieces: bool = False
 ) -> tuple[np.ndarray, list[str], list[str]]:

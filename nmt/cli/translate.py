@@ -101,6 +101,12 @@ ConstraintsOption = Annotated[
         help='Lexical constraints, a JSON line per input line: {"constraints": [...], "avoid": [...]}.',
     ),
 ]
+MarkupOption = Annotated[
+    bool,
+    typer.Option(
+        "--markup", help="The input holds inline tags (<b>..</b>, <br/>, {0}): put them into the output."
+    ),
+]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
     typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -142,19 +148,19 @@ def translate(
     engine: EngineOption = "torch",
     prefixes: PrefixesOption = None,
     constraints: ConstraintsOption = None,
+    markup: MarkupOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
     from dataclasses import fields
 
-    from nmt.commands.translate import DecodeOptions, OutputOptions, run_translate
+    from nmt.commands.translate import DecodeOptions, OutputOptions, Steering, run_translate
 
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    summary = run_translate(
-        model, input, output, decode, opts, device, quantize, engine, quiet, prefixes, constraints
-    )
+    steering = Steering(prefixes, constraints, markup)
+    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, steering)
     if summary:
         typer.echo(summary, err=True)
 

@@ -62,6 +62,18 @@ class OutputOptions:
     model_name: str = ""  # for the plots' titles
 
 
+@dataclass(frozen=True)
+class Steering:
+    """What steers each line's translation, from files read beside the input."""
+
+    prefixes: Path | None = None  # a target prefix a line ('' for none)
+    constraints: Path | None = None  # a JSON line a line: phrases to include and avoid
+    markup: bool = False  # the lines hold inline tags, carried to the output (nmt.text.markup)
+
+    def inputs(self) -> dict[str, Path | None]:
+        return {"--prefixes": self.prefixes, "--constraints": self.constraints}
+
+
 def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
     if opts.nbest > 1 and not t.hypotheses:  # an empty input line: one empty row, still in place
         return f"{index}\t1\t0.0000\t\n"
@@ -103,18 +115,16 @@ def run_translate(
     quantize: str = "none",
     engine: str = "torch",
     quiet: bool = False,
-    prefixes: Path | None = None,
-    constraints: Path | None = None,
+    steering: Steering = Steering(),
 ) -> str:
     """The whole `nmt translate`: the outputs checked, the models loaded on `engine` (torch or
-    onnx), the input translated; returns a summary line for stderr ('' when nothing to say).
-    `prefixes`: a file of target prefixes, one a line beside the input's ('' for none);
-    `constraints`: a file of JSON lines beside the input's, each its lexical constraints."""
-    inputs = {"-i": input, "--prefixes": prefixes, "--constraints": constraints}
-    check_outputs({"-o": output, "--attention": opts.attention}, {**inputs, **{f"-m {m}": m for m in models}})
+    onnx), the input translated as `steering` says; returns a summary line for stderr ('' when
+    nothing to say)."""
+    inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
+    check_outputs({"-o": output, "--attention": opts.attention}, inputs)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
-    return translate_files(translator, input, output, opts, quiet, prefixes, constraints)
+    return translate_files(translator, input, output, opts, quiet, steering)
 
 
 def load_engine(
@@ -138,8 +148,7 @@ def translate_files(
     output: Path | None,
     opts: OutputOptions,
     quiet: bool,
-    prefixes: Path | None = None,
-    constraints: Path | None = None,
+    steering: Steering = Steering(),
 ) -> str:
     """The input translated, its results written; returns a summary line for stderr ('' when
     nothing to say).
@@ -163,15 +172,14 @@ def translate_files(
             tqdm(total=total, unit="sent", disable=quiet or None, file=sys.stderr, mininterval=0.5)
         )
         keep_attention = bool(opts.attention or opts.plot_attention)
-        starts = iter_lines(prefixes) if prefixes else None
-        guides = read_constraints(constraints) if constraints else None
         results = translator.iter_translate(
             lines,
             opts.nbest,
             progress=bar.update,
             attention=keep_attention,
-            prefixes=starts,
-            constraints=guides,
+            prefixes=iter_lines(steering.prefixes) if steering.prefixes else None,
+            constraints=read_constraints(steering.constraints) if steering.constraints else None,
+            markup=steering.markup,
         )
         for index, t in enumerate(results, 1):
             out.write(format_translation(index, t, opts))

@@ -14,7 +14,7 @@ import numpy as np
 
 from nmt.errors import NMTError
 from nmt.registry import Registry
-from nmt.words import WordMap
+from nmt.words import word_matrix
 
 Link = tuple[int, int]  # (source word, target word)
 
@@ -54,14 +54,6 @@ def method(name: str, threshold: float = 0.3) -> AlignmentMethod:
             f"unknown alignment method {name!r}; choose one of {', '.join(AlignmentMethod.registry)}"
         )
     return AlignmentMethod.build(name, threshold)
-
-
-def word_matrix(weights, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
-    """Attention over words (see nmt.words), without the `</s>` row and column."""
-    src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
-    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
-    merged = tgt.mean_pieces(src.sum_pieces(weights))
-    return merged[np.ix_(tgt.text_indices, src.text_indices)]
 
 
 def align(weights, src_pieces: list[str], tgt_pieces: list[str], how: AlignmentMethod) -> set[Link]:

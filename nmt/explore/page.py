@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from nmt.assets import heatmap_js
-from nmt.evaluate.alignment import Argmax, word_matrix
+from nmt.evaluate.alignment import Argmax
 from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
 from nmt.text.ranking import beam_width
-from nmt.words import WordMap, attention_view, text_words
+from nmt.words import WordMap, attention_view, text_words, word_matrix
 
 DATA_MARK = "/*NMT_DATA*/null"
 SCALE = 1000  # weights in thousandths

@@ -144,6 +144,9 @@ async def translations(req: TranslateRequest, batcher: Batcher, timeout_s: float
         return error(422, str(e))
     except Exception as e:  # the worker logged the traceback
         return error(500, f"internal error while decoding ({type(e).__name__})")
+    if req.markups:
+        translator = batcher.translators[req.settings.model]
+        results = [translator.carried(m, t) for m, t in zip(req.markups, results, strict=True)]
     n = req.settings.nbest
     body = [translation_json(t, n, req.attention) for t in results]
     return JSONResponse({"model": req.settings.model, "translations": body})

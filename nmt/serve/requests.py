@@ -15,8 +15,10 @@ from typing import Any
 
 from nmt.config import SAMPLING  # the fields that apply only with "sample": true
 from nmt.decode.translator import Translation
+from nmt.errors import NMTError
 from nmt.serve.batcher import Settings
 from nmt.text.constraints import KEYS, Constraints
+from nmt.text.markup import Markup
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class TranslateRequest:
     attention: bool
     prefixes: list[str] | None = None  # a target prefix per sentence ("" for none)
     constraints: list[Constraints] | None = None  # phrases to include and avoid, per sentence
+    markups: list[Markup] | None = None  # each sentence's inline tags, taken out of `sentences`
 
 
 FIELDS = (
@@ -63,6 +66,7 @@ FIELDS = (
     "prefixes",
     "constraints",
     "avoid",
+    "markup",
     "model",
     "beam",
     "nbest",
@@ -90,6 +94,7 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
     sentences = _sentences(data, limits)
     prefixes = _prefixes(data, limits, len(sentences))
     constraints = _constraints(data, limits, len(sentences))
+    markups = _markups(data, sentences)
 
     model = data.get("model", next(iter(default_beams)))
     if not isinstance(model, str):
@@ -113,7 +118,9 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         raise RequestError(
             422, "constraints: lexical constraints need beam search; ask for a beam of 2 or more"
         )
-    return TranslateRequest(sentences, settings, attention, prefixes, constraints)
+    if markups:
+        sentences = [m.plain for m in markups]
+    return TranslateRequest(sentences, settings, attention, prefixes, constraints, markups)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -239,6 +246,17 @@ def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[C
         Constraints(*pair)
         for pair in zip(lists.get("constraints", empty), lists.get("avoid", empty), strict=True)
     ]
+
+
+def _markups(data: dict[str, Any], sentences: list[str]) -> list[Markup] | None:
+    """With `"markup": true`, each sentence's inline tags (`nmt.text.markup`), checked to be
+    balanced; None without."""
+    if not _boolean(data, "markup", False):
+        return None
+    try:
+        return [Markup.parse(s, "text" if "text" in data else f"texts[{i}]") for i, s in enumerate(sentences)]
+    except NMTError as e:
+        raise RequestError(422, str(e)) from None
 
 
 def _strings(where: str, items: list, limits: Limits) -> list[str]:

@@ -11,7 +11,9 @@ No torch here, so the torch-free runtime can build on it.
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +25,7 @@ from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.text.constraints import MARK, Avoiding, Constraints
+from nmt.text.markup import Markup
 from nmt.text.ranking import Hypothesis, Source, is_greedy
 from nmt.vocab import BOS, EOS, PAD, UNK
 from nmt.words import merge_attention
@@ -121,6 +124,7 @@ class TextTranslator:
         attention: bool = True,
         prefixes: str | list[str] | None = None,
         constraints: Constraints | dict | list[Constraints | dict] | None = None,
+        markup: bool = False,
         **settings: object,
     ) -> list[Translation]:
         """Translations of `sentences` in their order (a single string is one sentence), each
@@ -129,7 +133,9 @@ class TextTranslator:
         `prefixes`: a target prefix for each sentence ("" for none) that its translation starts
         with, the search going on from there. `constraints`: for each sentence, phrases its
         translation must contain and must not (`{"constraints": [...], "avoid": [...]}` or a
-        `Constraints`; beam search)."""
+        `Constraints`; beam search). `markup`: the sentences hold inline tags (`<b>...</b>`,
+        `<br/>`, `{0}`), taken out before translating and put back into every text after
+        (`nmt.text.markup`)."""
         translator = self.configured(**settings) if settings else self
         lines = [sentences] if isinstance(sentences, str) else list(sentences)
         starts = [prefixes] if isinstance(prefixes, str) else prefixes
@@ -138,7 +144,9 @@ class TextTranslator:
             if given is not None and len(given) != len(lines):
                 raise NMTError(f"{name}: {len(given)} for {len(lines)} sentences; give one for each")
         return list(
-            translator.iter_translate(lines, nbest, attention=attention, prefixes=starts, constraints=guides)
+            translator.iter_translate(
+                lines, nbest, attention=attention, prefixes=starts, constraints=guides, markup=markup
+            )
         )
 
     def iter_translate(
@@ -149,13 +157,18 @@ class TextTranslator:
         attention: bool = True,
         prefixes: Iterable[str] | None = None,
         constraints: Iterable[Constraints | dict] | None = None,
+        markup: bool = False,
     ) -> Iterator[Translation]:
         """Translations in input order, each as soon as its turn comes; `lines` are read a
         window at a time, so an input of any length (a file read as it goes) costs the memory of
         one window. A result waiting for its turn is kept as ids and hypotheses (None for an
         empty line) and made a `Translation` when it leaves: up to a window of them wait.
         `prefixes` and `constraints`, read beside `lines`: the target prefix of each ("" for
-        none) and its lexical constraints (see `translate`)."""
+        none) and its lexical constraints (see `translate`); `markup`: lines with inline tags
+        (see `translate`)."""
+        if markup:
+            yield from self._carrying_markup(lines, nbest, progress, prefixes, constraints)
+            return
         done: dict[int, tuple[list[int], bool, list[Hypothesis]] | None] = {}
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
         steering: dict[int, tuple] = {}  # waiting: the target prefix, phrases to include and avoid
@@ -196,6 +209,37 @@ class TextTranslator:
         while next_out in done:  # trailing empty lines
             yield leave(done.pop(next_out))
             next_out += 1
+
+    def _carrying_markup(
+        self,
+        lines: Iterable[str],
+        nbest: int,
+        progress: Callable[[int], None] | None,
+        prefixes: Iterable[str] | None,
+        constraints: Iterable[Constraints | dict] | None,
+    ) -> Iterator[Translation]:
+        """`iter_translate` of the lines without their tags, the tags put back into every text
+        by the attention of its hypothesis (so attention is kept)."""
+        waiting: collections.deque[Markup] = collections.deque()
+
+        def plain() -> Iterator[str]:
+            for number, line in enumerate(lines, 1):
+                waiting.append(Markup.parse(line, f"line {number}"))
+                yield waiting[-1].plain
+
+        for t in self.iter_translate(plain(), nbest, progress, True, prefixes, constraints):
+            yield self.carried(waiting.popleft(), t)
+
+    def carried(self, markup: Markup, t: Translation) -> Translation:
+        """`t`, the translation of `markup.plain` (with attention), with the tags put back into
+        each hypothesis's text by its own attention."""
+        if not t.hypotheses:  # an empty line, or one of tags only: its tags stand alone
+            return dataclasses.replace(t, texts=[markup.carry("", None, [], [])])
+        texts = [
+            markup.carry(text, h.attention, t.src_pieces, self.tok.tgt.id_to_piece(h.tokens))
+            for text, h in zip(t.texts, t.hypotheses, strict=True)
+        ]
+        return dataclasses.replace(t, texts=texts)
 
     def translation(self, ids: list[int], truncated: bool, hyps: list[Hypothesis]) -> Translation:
         """The text-level result for source `ids` and its n-best hypotheses."""

@@ -201,6 +201,20 @@ def test_constrained_answers_equal_nmt_translate_with_constraints(server, model,
     assert status == 422 and "sentence 1: the constraints (and prefix) need" in body["error"]
 
 
+def test_tagged_answers_equal_nmt_translate_with_markup(server, model, lines):
+    """Tags are taken out before the shared pool and put back by each answer's attention, as
+    `nmt translate --markup` does; unbalanced markup is a 422 naming the text."""
+    chosen = [f"<b>{line}</b> {{0}}" if i % 2 else line for i, line in enumerate(lines[:8]) if line]
+    expected = cli_translate(model, chosen, "--markup")
+    status, _, body = server.post({"texts": chosen, "markup": True})
+    assert status == 200, body
+    served = [t["text"] for t in body["translations"]]
+    assert "".join(text + "\n" for text in served) == expected
+    assert all(text.count("<b>") == text.count("</b>") == 1 for text in served[1::2])
+    status, _, body = server.post({"texts": ["a <b>b", "c"], "markup": True})
+    assert status == 422 and body["error"] == "texts[0]: unbalanced markup: <b> at character 3 is never closed"
+
+
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
     status, _, body = server.post({"texts": lines[:8]})
     assert status == 200
