@@ -175,14 +175,18 @@ class _Placement:
     def __init__(self, matrix: np.ndarray | None, source_words: int, target_words: int):
         self.matrix = np.zeros((target_words, source_words)) if matrix is None else matrix
         self.source_words, self.target_words = source_words, target_words
-        weighted = self.matrix.any(1) if self.matrix.size else np.zeros(target_words, bool)
-        self.source_of = np.where(weighted, self.matrix.argmax(1) if self.matrix.size else -1, -1)
+        self.totals = np.maximum(self.matrix.sum(1), 1e-12)
 
     def targets(self, first: int, last: int) -> list[int]:
-        """The target words aligned to source words first..last: those attending most to one
-        of them, or else each one's most attending target word."""
-        found = [j for j, i in enumerate(self.source_of) if first <= i <= last]
-        if not found and self.matrix.size:
+        """The target words aligned to source words first..last: those giving them the greater
+        part of their attention, or else each one's most attending target word. (Measured on
+        test_2016 against eflomal's links: pairs placed exactly 63% of the time, against 57%
+        taking the target words that attend most to one of them; docs/steering.md.)"""
+        if not self.matrix.size:
+            return []
+        share = self.matrix[:, first : last + 1].sum(1) / self.totals
+        found = np.flatnonzero(share >= 0.5).tolist()
+        if not found:
             found = [
                 int(self.matrix[:, i].argmax()) for i in range(first, last + 1) if self.matrix[:, i].any()
             ]
