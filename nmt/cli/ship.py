@@ -38,11 +38,15 @@ def release(
     ] = None,
     test_ref: Annotated[Path | None, typer.Option(metavar="PATH", help="Test references.")] = None,
     device: DeviceOption = "cpu",
+    shortlist: Annotated[
+        Path | None,
+        typer.Option(metavar="PATH", help="A shortlist built for it (nmt shortlist), stored beside it."),
+    ] = None,
 ) -> None:
     """Write a release: weights, config, tokenizers, model card (nmt release runs/toy -o toy)."""
     from nmt.ship.release import release as write_release
 
-    for line in write_release(source, output, fp16, test_src, test_ref, device).lines():
+    for line in write_release(source, output, fp16, test_src, test_ref, device, shortlist).lines():
         typer.echo(line)
 
 

@@ -107,6 +107,10 @@ MarkupOption = Annotated[
         "--markup", help="The input holds inline tags (<b>..</b>, <br/>, {0}): put them into the output."
     ),
 ]
+ShortlistOption = Annotated[
+    Path | None,
+    typer.Option(metavar="PATH", help="A lexical shortlist (nmt shortlist): faster, outputs may change."),
+]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
     typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -149,6 +153,7 @@ def translate(
     prefixes: PrefixesOption = None,
     constraints: ConstraintsOption = None,
     markup: MarkupOption = False,
+    shortlist: ShortlistOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
@@ -159,7 +164,7 @@ def translate(
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    steering = Steering(prefixes, constraints, markup)
+    steering = Steering(prefixes, constraints, markup, shortlist)
     summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, steering)
     if summary:
         typer.echo(summary, err=True)
@@ -208,3 +213,28 @@ def backtranslate(
         seed=seed,
     )
     typer.echo(run_backtranslate(model, mono, output, decode, tag, parallel, split, device, quiet), err=True)
+
+
+@app.command()
+@user_errors
+def shortlist(
+    model: Annotated[Path, model_option("The model the shortlist is for (its vocabularies).")],
+    src: Annotated[Path, typer.Option(metavar="PATH", help="Training sources, one a line.")],
+    tgt: Annotated[Path, typer.Option(metavar="PATH", help="Their translations, line-aligned.")],
+    output: Annotated[Path, output_option("The shortlist file to write (.npz).")],
+    best: Annotated[
+        int, typer.Option(min=1, metavar="INT", help="Target pieces kept per source piece, likeliest first.")
+    ] = 50,
+    frequent: Annotated[
+        int, typer.Option(min=0, metavar="INT", help="The most frequent target pieces, always allowed.")
+    ] = 100,
+    iterations: Annotated[int, typer.Option(min=1, metavar="INT", help="IBM Model 1 EM iterations.")] = 5,
+    max_lines: Annotated[
+        int, typer.Option(min=1, metavar="INT", help="Read at most this many pairs (memory grows with them).")
+    ] = 500_000,
+) -> None:
+    """Build a lexical shortlist for fast decoding, from parallel text
+    (nmt shortlist -m runs/m30k --src train.de --tgt train.en -o runs/m30k/shortlist.npz)."""
+    from nmt.commands.shortlist import run_shortlist
+
+    typer.echo(run_shortlist(model, src, tgt, output, best, frequent, iterations, max_lines))

@@ -64,14 +64,16 @@ class OutputOptions:
 
 @dataclass(frozen=True)
 class Steering:
-    """What steers each line's translation, from files read beside the input."""
+    """What steers each line's translation: files read beside the input, its markup, and the
+    shortlist of the target pieces it may write."""
 
     prefixes: Path | None = None  # a target prefix a line ('' for none)
     constraints: Path | None = None  # a JSON line a line: phrases to include and avoid
     markup: bool = False  # the lines hold inline tags, carried to the output (nmt.text.markup)
+    shortlist: Path | None = None  # a lexical shortlist (nmt.text.shortlist)
 
     def inputs(self) -> dict[str, Path | None]:
-        return {"--prefixes": self.prefixes, "--constraints": self.constraints}
+        return {"--prefixes": self.prefixes, "--constraints": self.constraints, "--shortlist": self.shortlist}
 
 
 def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
@@ -123,6 +125,12 @@ def run_translate(
     inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
     check_outputs({"-o": output, "--attention": opts.attention}, inputs)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
+    if steering.shortlist:
+        if quantize != "none":
+            raise NMTError(
+                "--shortlist cuts the output layer, which --quantize int8 replaces; use one of them"
+            )
+        translator = translator.shortlisted(steering.shortlist)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
     return translate_files(translator, input, output, opts, quiet, steering)
 

@@ -40,11 +40,12 @@ class Ensemble:
         return Members([m for m, _ in encoded]), Members([s for _, s in encoded])
 
     def step(
-        self, y: Tensor, state: Members, mem: Members, positions: Tensor
+        self, y: Tensor, state: Members, mem: Members, positions: Tensor, vocabulary=None
     ) -> tuple[Tensor, Members, Tensor]:
-        """Mean log-probabilities (R, V) and mean attention weights (R, S) of the members."""
+        """Mean log-probabilities (R, V), or (R, U) over a `vocabulary`'s pieces, and mean
+        attention weights (R, S) of the members."""
         outputs = [
-            model.step(y, s, m, positions)
+            model.step(y, s, m, positions, vocabulary)
             for model, s, m in zip(self.models, state.items, mem.items, strict=True)
         ]
         log_probs = torch.stack([torch.log_softmax(logits.float(), -1) for logits, _, _ in outputs]).mean(0)

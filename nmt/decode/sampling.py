@@ -10,6 +10,7 @@ get the same samples.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -79,9 +80,7 @@ def sample(
             if source is None:  # a live feed with nothing ready
                 yield None
             else:
-                yield from (
-                    Source((source.key, j), source.ids, source.max_len, source.prefix) for j in range(n)
-                )
+                yield from (dataclasses.replace(source, key=(source.key, j)) for j in range(n))
 
     drawn: dict[Any, list] = {}
     pool = SamplePool(model, cfg, device, attention or cfg.coverage > 0)

@@ -25,6 +25,7 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
+from nmt.decode.vocabulary import Vocabulary
 from nmt.text.constraints import Candidate, Progress, allocate, banned
 from nmt.text.ranking import (
     NEG_INF,
@@ -46,13 +47,15 @@ class StepModel(Protocol):
 
     `encode` returns the memory (with `compact(rows, holes, fillers)`, `share(beams)` and
     `join(other)`) and the first decoder state (with `select(index)` and `join(other)`); `step`
-    maps the previous tokens y (R,) at target `positions` (R,) to logits (R, V), the next state
-    and the attention (R, S).
+    maps the previous tokens y (R,) at target `positions` (R,) to logits (R, V) (with a
+    shortlist's `vocabulary`, (R, U) of its pieces), the next state and the attention (R, S).
     """
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, Any]: ...
 
-    def step(self, y: Tensor, state: Any, memory: Any, positions: Tensor) -> tuple[Tensor, Any, Tensor]: ...
+    def step(
+        self, y: Tensor, state: Any, memory: Any, positions: Tensor, vocabulary: Vocabulary | None = None
+    ) -> tuple[Tensor, Any, Tensor]: ...
 
 
 class Feed:
@@ -90,16 +93,27 @@ class Feed:
 
 
 def step_log_probs(
-    model: StepModel, y: Tensor, state, mem, positions: Tensor, histories, cfg: DecodeConfig, forced=None
+    model: StepModel,
+    y: Tensor,
+    state,
+    mem,
+    positions: Tensor,
+    histories,
+    cfg: DecodeConfig,
+    forced=None,
+    vocabulary: Vocabulary | None = None,
 ):
     """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
     state and the attention weights (R, S). `forced`: a token per row that must come next (a
     target prefix; -1 for none), the only one left to that row, with the model's log-probability
-    of it whatever the settings forbid."""
-    logits, state, weights = model.step(y, state, mem, positions)
+    of it whatever the settings forbid. `vocabulary`: the pool's shortlist, outside which every
+    piece gets -inf."""
+    logits, state, weights = model.step(y, state, mem, positions, vocabulary)
     logits = logits.float()
-    # In place: one (R, V) tensor a step instead of two, 10 MB each for a beam of 5 x 64 rows.
-    torch.log_softmax(logits, dim=-1, out=logits)
+    if vocabulary is not None:
+        logits = vocabulary.log_probs(logits)
+    else:  # in place: one (R, V) tensor a step instead of two, 10 MB each for a beam of 5 x 64 rows
+        torch.log_softmax(logits, dim=-1, out=logits)
     rows = [r for r, token in enumerate(forced or []) if token >= 0]
     if not rows:
         return restrict(logits, positions, histories, cfg), state, weights
@@ -146,6 +160,7 @@ class Pool:
         self.pages = FreePages() if self.release_past else None
         self.step_bytes = 0  # the size of the widest step's log-probabilities
         self.prefixed = False  # whether a sentence with a target prefix has joined
+        self.vocabulary: Vocabulary | None = None  # the shortlist's pieces, when sentences have one
 
     @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
     def run(self, feed: Feed) -> Results:
@@ -169,7 +184,7 @@ class Pool:
         """`step_log_probs` for the pool's rows."""
         forced = self.forced() if self.prefixed else None
         logp, state, w = step_log_probs(
-            self.model, y, self.state, self.mem, positions, histories, self.cfg, forced
+            self.model, y, self.state, self.mem, positions, histories, self.cfg, forced, self.vocabulary
         )
         self.step_bytes = max(self.step_bytes, logp.nbytes)
         return logp, state, w
@@ -189,6 +204,21 @@ class Pool:
             self.mem, self.state = mem, state
         else:
             self.mem, self.state = self.mem.join(mem), self.state.join(state)
+
+    def restrict(self) -> None:
+        """After sentences join: the output layer cut to their shortlists (a translator gives
+        every sentence one or none)."""
+        if self.live[-1].source.vocabulary is not None:
+            allowed = [r.source.vocabulary for r in self.live]
+            self.vocabulary = (self.vocabulary or Vocabulary(self.device)).update(allowed)
+
+    def kept(self, sentences: Tensor | None) -> None:
+        """The pool's sentences were packed to these (None: all gone)."""
+        if self.vocabulary is not None:
+            if sentences is None:
+                self.vocabulary = None
+            else:
+                self.vocabulary.keep(sentences)
 
     def refill_level(self, live: int) -> int:
         """Refill once the pool has shrunk by an eighth: encoding a handful of sentences at a
@@ -268,6 +298,7 @@ class GreedyPool(Pool):
         lens = torch.tensor([s.max_len for s in group], device=self.device)
         self.max_lens = cat(self.max_lens, lens)
         self.live += [Sentence(s) for s in group]
+        self.restrict()
 
     def step(self) -> Results:
         histories = [r.tokens for r in self.live] if self.cfg.no_repeat_ngram else None
@@ -307,9 +338,11 @@ class GreedyPool(Pool):
         if not keep:
             self.live = []
             self.mem = self.state = self.y = self.positions = self.log_prob = self.max_lens = None
+            self.kept(None)
             return
         packed = Compaction.of(keep, self.device)
         rows = packed.index
+        self.kept(rows)
         self.mem, self.state = packed.memory(self.mem), self.state.select(rows)
         self.y, self.positions = self.y[rows], self.positions[rows]
         self.log_prob, self.max_lens = self.log_prob[rows], self.max_lens[rows]
@@ -384,6 +417,7 @@ class BeamPool(Pool):
             trail.progress = [Progress.start(trail.source.include)] * K if trail.source.include else []
         self.live += trails
         self.steered = self.steered or any(s.steered for s in group)
+        self.restrict()
 
     def step(self) -> Results:
         B, K, cfg = len(self.live), self.K, self.cfg
@@ -501,10 +535,12 @@ class BeamPool(Pool):
         if not keep:
             self.live = []
             self.mem = self.state = self.scores = self.y = self.positions = self.max_lens = None
+            self.kept(None)
             return
         if len(keep) < B:  # finished sentences leave the batch
             packed = Compaction.of(keep, self.device)
             blocks = packed.index
+            self.kept(blocks)
             block_rows = (blocks[:, None] * K + torch.arange(K, device=self.device)).flatten()
             self.y, parent_rows = self.y[block_rows], parent_rows[block_rows]
             self.scores, self.positions, self.max_lens = (

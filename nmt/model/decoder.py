@@ -196,12 +196,16 @@ class Decoder(Registry, nn.Module):
         raise NotImplementedError
 
     def step(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor, vocabulary=None
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One target position per row: y_prev (B,) at `positions` (B,) -> logits (B, V), new
-        state, weights (B, S)."""
+        state, weights (B, S). With a `vocabulary` (`nmt.decode.vocabulary`): the logits of its
+        pieces only, (B, U)."""
         pre_output, state, weights = self.recur(y_prev[:, None], state, mem, positions[:, None])
-        return self.output_layer(pre_output.squeeze(1)), state, weights.squeeze(1)
+        pre_output = pre_output.squeeze(1)
+        if vocabulary is not None:
+            return vocabulary.logits(self.output_layer, pre_output), state, weights.squeeze(1)
+        return self.output_layer(pre_output), state, weights.squeeze(1)
 
     def features(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
         """Teacher forcing over the whole target (B, T) -> pre-output vectors (B, T, P) and

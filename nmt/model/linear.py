@@ -98,14 +98,27 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool 
         return OneDNNLinear.apply(x, weight, bias)
     if not prepack:
         return _onednn(x, weight, bias)
-    # Decoding: rows padded to one of 16-32 sizes per doubling (at most 1/16 more work), so a
-    # pool whose rows change every step meets a few product shapes, not one per row count.
+    return _padded_rows(x, _prepacked(weight), bias)
+
+
+def decoding_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """`linear` without gradients of a weight that changes from step to step (a shortlist's rows
+    of the output layer): not prepacked, rows padded as `linear` pads them."""
+    if not onednn_applies(x, weight):
+        return F.linear(x, weight, bias)
+    return _padded_rows(x.contiguous(), weight, bias)
+
+
+def _padded_rows(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Decoding: rows padded to one of 16-32 sizes per doubling (at most 1/16 more work), so a
+    pool whose rows change every step meets a few product shapes, not one per row count (oneDNN
+    compiles a primitive for each shape it meets)."""
     rows = x.numel() // x.size(-1)
     padded = rounded_rows(rows)
     if padded == rows:
-        return _onednn(x, _prepacked(weight), bias)
+        return _onednn(x, weight, bias)
     flat = torch.cat([x.reshape(rows, -1), x.new_zeros(padded - rows, x.size(-1))])
-    return _onednn(flat, _prepacked(weight), bias)[:rows].reshape(*x.shape[:-1], -1)
+    return _onednn(flat, weight, bias)[:rows].reshape(*x.shape[:-1], -1)
 
 
 def rounded_rows(rows: int) -> int:

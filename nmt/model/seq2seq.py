@@ -41,10 +41,11 @@ class Seq2Seq(nn.Module):
         return memory, src != PAD, *self.bridge(h, c)
 
     def step(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor, vocabulary=None
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One target position per row: y_prev (B,) -> logits (B, V), new state, weights (B, S)."""
-        return self.decoder.step(y_prev, state, mem, positions)
+        """One target position per row: y_prev (B,) -> logits (B, V) (or (B, U), the pieces of a
+        shortlist's `vocabulary`), new state, weights (B, S)."""
+        return self.decoder.step(y_prev, state, mem, positions, vocabulary)
 
     def features(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced pre-output vectors (B, T, P) and weights (B, T, S): the logits without

@@ -201,7 +201,7 @@ class Batcher:
             begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
             guides = job.constraints or [None] * len(ids)
             steering = [
-                translator.steering(prefix, guide, len(row), f"sentence {i + 1}")
+                translator.steering(prefix, guide, row, f"sentence {i + 1}")
                 for i, (prefix, guide, row) in enumerate(zip(begun, guides, ids, strict=True))
             ]
         except Exception as e:

@@ -1,7 +1,8 @@
 """`nmt release`: a training checkpoint -> a directory to ship: `model.safetensors` (weights only,
 fp32 or fp16), `config.yaml` (what translating needs: model, decoding, data limits), the
-SentencePiece model(s), `manifest.json` (the sha256 of the weights and tokenizers, checked
-whenever the release loads) and a model card (`README.md`). Every `-m` option loads it
+SentencePiece model(s), optionally a lexical shortlist for it (`shortlist.npz`, `nmt shortlist`),
+`manifest.json` (the sha256 of the weights, tokenizers and shortlist, checked whenever the release
+loads) and a model card (`README.md`). Every `-m` option loads it
 (`nmt.checkpoint.load_model`) without any pickle.
 """
 
@@ -23,11 +24,13 @@ from nmt.checkpoint import (
 )
 from nmt.config import Config
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write, atomic_write_text, file_entry, read_lines, staged_directory
+from nmt.fileio import atomic_copy, atomic_write, atomic_write_text, file_entry, read_lines, staged_directory
 from nmt.rundir import CHECKPOINTS, METRICS, read_metrics
 from nmt.ship.card import TestScores, model_card
+from nmt.text.shortlist import Shortlist
 
 CARD = "README.md"
+SHORTLIST = "shortlist.npz"  # `nmt translate -m RELEASE --shortlist RELEASE/shortlist.npz`
 
 
 @dataclass
@@ -139,11 +142,13 @@ def release(
     test_src: Path | None = None,
     test_ref: Path | None = None,
     device: str = "cpu",
+    shortlist: Path | None = None,
 ) -> ReleaseSummary:
     """Write the release of `source` (a checkpoint or run directory) into the new directory `output`.
 
     The directory is assembled under a temporary name beside `output` and renamed at the end, so
     a failure leaves nothing half-written, and an existing non-empty `output` is never touched.
+    `shortlist`: a lexical shortlist built for this model, stored beside it.
     """
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
@@ -151,12 +156,17 @@ def release(
     checkpoint = resolve_checkpoint(source)
     loaded = load_checkpoint(checkpoint)
     run_dir = run_dir_of(Path(source), checkpoint)
+    if shortlist:
+        Shortlist.load(shortlist, loaded.tokenizers)  # refused unless built for this model
     with staged_directory(output) as tmp:
         weights = release_weights(loaded, fp16)
         atomic_write(tmp / RELEASE_WEIGHTS, lambda f: f.write(weights))
         config = yaml.safe_dump(release_config(loaded.config), sort_keys=False, allow_unicode=True)
         atomic_write_text(tmp / RELEASE_CONFIG, config)
-        write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp)])
+        if shortlist:
+            atomic_copy(shortlist, tmp / SHORTLIST)
+        stored = [SHORTLIST] if shortlist else []
+        write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp), *stored])
         files = test_files(loaded.config, test_src, test_ref)
         scores = score_release(tmp, files, device) if files else None  # loads it, manifest checked
         metrics = read_metrics(run_dir) if run_dir else []

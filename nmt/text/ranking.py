@@ -29,6 +29,7 @@ class Source:
     include: list[list[int]] = field(default_factory=list)  # phrases (target ids) it must contain
     avoid: list[list[int]] = field(default_factory=list)  # phrases it must not contain
     avoiding: Any = None  # the phrases to avoid as text (`constraints.Avoiding`), when there are any
+    vocabulary: Any = None  # (V,) bool: the target pieces it may write (a shortlist's); None: all
 
     @property
     def steered(self) -> bool:

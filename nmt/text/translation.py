@@ -18,6 +18,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nmt.config import DecodeConfig, decode_settings
@@ -27,6 +28,7 @@ from nmt.errors import NMTError
 from nmt.text.constraints import MARK, Avoiding, Constraints
 from nmt.text.markup import Markup
 from nmt.text.ranking import Hypothesis, Source, is_greedy
+from nmt.text.shortlist import Shortlist
 from nmt.vocab import BOS, EOS, PAD, UNK
 from nmt.words import merge_attention
 
@@ -99,11 +101,19 @@ class TextTranslator:
     ):
         self.tok, self.cfg = tok, cfg
         self.src_limit, self.normalize_form = src_limit, normalize_form
+        self.shortlist: Shortlist | None = None  # the target pieces each sentence may write
 
     def configured(self, **settings) -> TextTranslator:
         """The same model with other decode settings (`beam=5`, `alpha=0.6`, ...), checked."""
         other = copy.copy(self)
         other.cfg = decode_settings(self.cfg, settings, "Translator.configured")
+        return other
+
+    def shortlisted(self, path: Path) -> TextTranslator:
+        """The same model decoding with the lexical shortlist in `path` (`nmt.text.shortlist`),
+        refused in one line when it was built for another vocabulary."""
+        other = copy.copy(self)
+        other.shortlist = Shortlist.load(path, self.tok)
         return other
 
     def max_len(self, src_len: int) -> int:
@@ -186,7 +196,7 @@ class TextTranslator:
                     if line.strip():
                         where = f"line {start + offset + 1}"
                         sources[start + offset] = (row, offset in truncated)
-                        steering[start + offset] = self.steering(begun[offset], guide, len(row), where)
+                        steering[start + offset] = self.steering(begun[offset], guide, row, where)
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
@@ -268,13 +278,18 @@ class TextTranslator:
         return prefix
 
     def steering(
-        self, prefix: list[int], guide: Constraints | dict | None, src_len: int, where: str
-    ) -> tuple[list[int], list[list[int]], list[list[int]], Avoiding | None]:
-        """What steers one sentence's search (`Source`'s prefix, include, avoid and avoiding):
-        its encoded target prefix, checked to leave room under the output cap, and its lexical
-        constraints (`encode_constraints`)."""
-        prefix = self.checked_prefix(prefix, src_len, where)
-        return (prefix, *self.encode_constraints(guide, prefix, src_len, where))
+        self, prefix: list[int], guide: Constraints | dict | None, ids: list[int], where: str
+    ) -> tuple[list[int], list[list[int]], list[list[int]], Avoiding | None, Any]:
+        """What steers the search of the sentence of source `ids` (`Source`'s prefix, include,
+        avoid, avoiding and vocabulary): its encoded target prefix, checked to leave room under
+        the output cap, its lexical constraints (`encode_constraints`) and, with a shortlist,
+        the target pieces it may write (the prefix's and the phrases' included)."""
+        prefix = self.checked_prefix(prefix, len(ids), where)
+        include, avoid, avoiding = self.encode_constraints(guide, prefix, len(ids), where)
+        if self.shortlist is None:
+            return prefix, include, avoid, avoiding, None
+        needed = itertools.chain(prefix, *include)
+        return prefix, include, avoid, avoiding, self.shortlist.allowed(ids, needed)
 
     def encode_constraints(
         self, guide: Constraints | dict | None, prefix: list[int], src_len: int, where: str
@@ -365,9 +380,10 @@ class TextTranslator:
 
         def keys() -> Iterator[int]:
             for source in sources:
-                if source.prefix or source.steered:
+                if source.prefix or source.steered or source.vocabulary is not None:
                     raise NMTError(
-                        "this engine does not take target prefixes or constraints; use --engine torch"
+                        "this engine does not take target prefixes, constraints or a shortlist; "
+                        "use --engine torch"
                     )
                 waiting[source.key] = source
                 yield source.key

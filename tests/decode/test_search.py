@@ -143,7 +143,7 @@ class RecordingModel:
         self.groups.append(len(src))
         return self.model.encode(src, src_len)
 
-    def step(self, y, state, mem, positions):
+    def step(self, y, state, mem, positions, vocabulary=None):
         self.widths.append(len(y))
         return self.model.step(y, state, mem, positions)
 
@@ -359,7 +359,7 @@ class FakeModel:
     def encode(self, src, src_len):
         return FakeMemory(), FakeState(src.sum(1) % 997)
 
-    def step(self, y, state, mem, t):
+    def step(self, y, state, mem, t, vocabulary=None):
         h = (state.h * 31 + y) % 997
         return self.table[h], FakeState(h), torch.zeros(len(y), 1)
 

@@ -212,7 +212,9 @@ def test_tagged_answers_equal_nmt_translate_with_markup(server, model, lines):
     assert "".join(text + "\n" for text in served) == expected
     assert all(text.count("<b>") == text.count("</b>") == 1 for text in served[1::2])
     status, _, body = server.post({"texts": ["a <b>b", "c"], "markup": True})
-    assert status == 422 and body["error"] == "texts[0]: unbalanced markup: <b> at character 3 is never closed"
+    assert (
+        status == 422 and body["error"] == "texts[0]: unbalanced markup: <b> at character 3 is never closed"
+    )
 
 
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
