@@ -61,6 +61,7 @@ RIGHT_KIND = {
     "nbest": st.integers(-2, 5),
     "max_len": st.integers(-2, 20),
     "attention": st.booleans(),
+    "markup": st.booleans(),
     "sample": st.booleans(),
     "temperature": st.floats(-1, 200),
     "top_k": st.integers(-2, 2000),
