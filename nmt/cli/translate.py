@@ -224,7 +224,7 @@ def shortlist(
     output: Annotated[Path, output_option("The shortlist file to write (.npz).")],
     best: Annotated[
         int, typer.Option(min=1, metavar="INT", help="Target pieces kept per source piece, likeliest first.")
-    ] = 50,
+    ] = 20,
     frequent: Annotated[
         int, typer.Option(min=0, metavar="INT", help="The most frequent target pieces, always allowed.")
     ] = 100,

@@ -50,7 +50,7 @@ class Shortlist:
         cls,
         pairs: Iterable[tuple[list[int], list[int]]],
         tok: TokenizerPair,
-        best: int = 50,
+        best: int = 20,
         frequent: int = 100,
         iterations: int = 5,
     ) -> Shortlist:
