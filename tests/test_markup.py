@@ -63,7 +63,6 @@ def test_parsing_notes_which_words_each_tag_holds():
     assert (bold.open, bold.close, bold.first, bold.last) == ("<b>", "</b>", 1, 2)
     assert (bold.children[0].first, bold.children[0].last) == (2, 2)
     assert (placeholder.open, placeholder.close, placeholder.first) == ("{0}", None, 4)
-    assert markup.tags == 3
     untouched = "  two  spaces, a < b and {not a placeholder} "
     assert Markup.parse(untouched, "line 1").plain == untouched  # no tag: the line as it is
 

@@ -93,7 +93,7 @@ class Markup:
                     "reverse order of their opening"
                 )
             else:
-                parent.last = _last_word_before(plain, len(plain))
+                parent.last = len(WORD.findall(plain)) - 1  # the last word written so far
                 stack.pop()
         if len(stack) > 1:
             element, at = stack[-1]
@@ -103,11 +103,6 @@ class Markup:
         plain = _joined(plain, line[position:]).strip()
         _number_words(root, plain, starts)
         return cls(plain, root.children)
-
-    @property
-    def tags(self) -> int:
-        """How many tags (a pair counts as one)."""
-        return _count(self.elements)
 
     def carry(self, text: str, attention, src_pieces: list[str], tgt_pieces: list[str]) -> str:
         """`text` (the translation of `plain` whose `attention` over pieces is given) with the
@@ -131,21 +126,12 @@ def _joined(plain: str, text: str) -> str:
     return plain + text
 
 
-def _last_word_before(plain: str, offset: int) -> int:
-    """The index of the last word of `plain` ending at or before `offset` (-1: none)."""
-    return sum(1 for m in WORD.finditer(plain) if m.end() <= offset) - 1
-
-
 def _number_words(element: Element, plain: str, starts: dict[int, int]) -> None:
     """Each element's first word: the first word of `plain` starting at or after its offset."""
     word_starts = [m.start() for m in WORD.finditer(plain)]
     for child in element.children:
         child.first = sum(1 for s in word_starts if s < starts[id(child)])
         _number_words(child, plain, starts)
-
-
-def _count(elements: list[Element]) -> int:
-    return sum(1 + _count(e.children) for e in elements)
 
 
 def _links(attention, src_pieces: list[str], tgt_pieces: list[str], source: str, target: str) -> np.ndarray:

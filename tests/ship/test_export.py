@@ -118,13 +118,19 @@ def test_engines_refuse_each_others_models_in_one_line(exported, toy_run, toy_di
     prefixes.write_text("".join("2001\n" for _ in (toy_dir / "test.human").read_text().splitlines()))
     args = ("translate", "-m", out, "--engine", "onnx", "-i", toy_dir / "test.human", "--prefixes", prefixes)
     result = invoke(*args, "-o", sampled, code=2)
-    assert "this engine does not take target prefixes, constraints or a shortlist; use --engine torch" in result.output
+    assert (
+        "this engine does not take target prefixes, constraints or a shortlist; use --engine torch"
+        in result.output
+    )
     assert not sampled.exists()
     guides = tmp_path / "constraints.jsonl"
     guides.write_text("".join('{"constraints": ["2001"]}\n' for _ in prefixes.read_text().splitlines()))
     args = ("translate", "-m", out, "--engine", "onnx", "-i", toy_dir / "test.human", "--constraints", guides)
     result = invoke(*args, "--beam", "3", "-o", sampled, code=2)
-    assert "this engine does not take target prefixes, constraints or a shortlist; use --engine torch" in result.output
+    assert (
+        "this engine does not take target prefixes, constraints or a shortlist; use --engine torch"
+        in result.output
+    )
     assert not sampled.exists()
     result = invoke("translate", "-m", toy_run, "--engine", "onnx", "-i", "/dev/null", code=2)
     assert "not an ONNX export" in result.output and len(result.output.strip().splitlines()) == 1
