@@ -1,6 +1,6 @@
 """On a CUDA GPU (skipped without one; run on the device with `pytest -m cuda tests/test_cuda.py`):
 the CUDA-graph training step gives the eager step's loss and gradients, mixed precision trains
-like fp32, and a resumed GPU run continues where it stopped."""
+like fp32, a resumed GPU run continues where it stopped, and a shortlist decodes as on the CPU."""
 
 import pytest
 import torch
@@ -117,3 +117,19 @@ def test_a_batch_on_the_gpu_goes_longest_first_with_the_loss_it_has_on_the_cpu()
     expected = loss_and_gradients(learner, batch)[:2]
     learner.model.to(cuda)
     assert loss_and_gradients(learner, on_gpu)[:2] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_shortlist_decodes_on_the_gpu_as_on_the_cpu(translating_model, toy_dir, tmp_path):
+    """The shortlist's cut output layer, masks and kept log-probabilities live on the device."""
+    from nmt import Translator
+    from nmt.commands.shortlist import encoded_pairs
+    from nmt.text.shortlist import Shortlist
+
+    cpu = Translator.load(translating_model.last, device="cpu")
+    pairs = encoded_pairs(toy_dir / "train.human", toy_dir / "train.iso", cpu.tok, "none", 10**6, 10**6)
+    Shortlist.build(pairs, cpu.tok, best=3).save(tmp_path / "shortlist.npz")
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()
+    for beam in (1, 3):
+        on_cpu = cpu.shortlisted(tmp_path / "shortlist.npz").translate(lines, beam=beam)
+        gpu = Translator.load(translating_model.last, device="cuda").shortlisted(tmp_path / "shortlist.npz")
+        assert [t.text for t in gpu.translate(lines, beam=beam)] == [t.text for t in on_cpu]
