@@ -44,6 +44,13 @@ def serve(
         ),
     ] = 30.0,
     device: DeviceOption = "auto",
+    shortlist: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="[NAME=]PATH",
+            help="A lexical shortlist (nmt shortlist) for the model NAME (or the one served); repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve translations over HTTP, with a live page at / (nmt serve -m runs/toy)."""
     from nmt.serve.requests import Limits
@@ -51,4 +58,7 @@ def serve(
     from nmt.serve.server import serve as run_server
 
     limits = Limits(max_sentences=max_sentences, max_chars=max_chars, timeout_s=timeout)
-    run_server(model, ServeOptions(host, port, device, max_batch, max_wait_ms, queue_size, limits))
+    options = ServeOptions(
+        host, port, device, max_batch, max_wait_ms, queue_size, limits, tuple(shortlist or ())
+    )
+    run_server(model, options)

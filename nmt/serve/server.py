@@ -12,9 +12,13 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nmt.errors import NMTError
 from nmt.serve.requests import Limits
+
+if TYPE_CHECKING:
+    from nmt.decode.translator import Translator
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,23 @@ class ServeOptions:
     max_wait_ms: float = 2.0
     queue_size: int = 256
     limits: Limits = Limits()
+    shortlists: tuple[str, ...] = ()  # `[NAME=]PATH`: a lexical shortlist for a served model
+
+
+def with_shortlists(translators: dict[str, Translator], specs: tuple[str, ...]) -> dict[str, Translator]:
+    """`translators` with the shortlist of each `--shortlist` value: `NAME=PATH` for the model
+    of that name, or a PATH alone when one model is served."""
+    out = dict(translators)
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name:
+            if len(out) > 1:
+                raise NMTError(f"--shortlist {spec}: {len(out)} models are served; say which: NAME=PATH")
+            name, path = next(iter(out)), spec
+        if name not in out:
+            raise NMTError(f"--shortlist {spec}: no model named {name!r} (served: {', '.join(out)})")
+        out[name] = out[name].shortlisted(Path(path))
+    return out
 
 
 def model_names(specs: list[str]) -> dict[str, str]:
@@ -80,6 +101,7 @@ def serve(models: list[str], options: ServeOptions) -> None:
     sock = bind(options.host, options.port)  # first: a busy port fails before minutes of loading
     try:
         translators = {name: load_translator([path], {}, options.device) for name, path in named.items()}
+        translators = with_shortlists(translators, options.shortlists)
     except BaseException:
         sock.close()
         raise

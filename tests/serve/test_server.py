@@ -217,6 +217,30 @@ def test_tagged_answers_equal_nmt_translate_with_markup(server, model, lines):
     )
 
 
+def test_a_shortlisted_model_answers_as_nmt_translate_with_its_shortlist(
+    translating_model, lines, toy_dir, tmp_path
+):
+    """A model that writes dates (the server's own toy model is too short-trained to write
+    anything) served with a shortlist that changes some of them."""
+    model, shortlist = translating_model.last, tmp_path / "shortlist.npz"
+    build = ["shortlist", "-m", str(model), "--src", str(toy_dir / "train.human"), "--frequent", "0"]
+    result = runner.invoke(
+        app, [*build, "--tgt", str(toy_dir / "train.iso"), "--best", "2", "-o", str(shortlist)]
+    )
+    assert result.exit_code == 0, result.output
+    expected = cli_translate(model, lines, "--shortlist", str(shortlist), "--beam", "3")
+    assert expected != cli_translate(model, lines, "--beam", "3")
+    with running_server(model, tmp_path / "serve.log", "--shortlist", str(shortlist)) as server:
+        status, _, body = server.post({"texts": lines, "beam": 3})
+    assert status == 200, body
+    assert "".join(t["text"] + "\n" for t in body["translations"]) == expected
+    serve = ["serve", "-m", str(model), "--port", "0", "--device", "cpu", "--shortlist"]
+    result = runner.invoke(app, [*serve, f"other={shortlist}"])
+    assert result.exit_code == 2 and result.stderr.strip() == (
+        f"error: --shortlist other={shortlist}: no model named 'other' (served: run)"
+    )
+
+
 def test_a_request_with_several_texts_keeps_their_order(server, model, lines):
     status, _, body = server.post({"texts": lines[:8]})
     assert status == 200
