@@ -21,6 +21,9 @@ class Members:
     def select(self, index: Tensor) -> Members:
         return Members([item.select(index) for item in self.items])
 
+    def rows(self, index: Tensor) -> Members:
+        return Members([item.rows(index) for item in self.items])
+
     def compact(self, rows: int, holes: Tensor, fillers: Tensor) -> Members:
         return Members([item.compact(rows, holes, fillers) for item in self.items])
 

@@ -14,6 +14,8 @@ attention is stored only when an output asks for it (or the coverage penalty nee
 
 from __future__ import annotations
 
+import collections
+import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -68,27 +70,36 @@ class Feed:
 
     def __init__(self, sources: Iterable[Source | None], fits: Callable[[int, int], bool]):
         self._sources, self.fits = iter(sources), fits
-        self._next: Source | None = None
-        self.exhausted = False
+        self._ahead: collections.deque[Source] = collections.deque()  # read, not yet taken
+        self._done = False
 
-    def peek(self) -> Source | None:
-        if self._next is None and not self.exhausted:
+    @property
+    def exhausted(self) -> bool:
+        return self._done and not self._ahead
+
+    def upcoming(self, n: int) -> list[Source]:
+        """Up to the next `n` ready sources, not taken (fewer when no more are ready now)."""
+        while len(self._ahead) < n and not self._done:
             try:
-                self._next = next(self._sources)
+                source = next(self._sources)
             except StopIteration:
-                self.exhausted = True
-        return self._next
+                self._done = True
+                break
+            if source is None:  # a live feed with nothing ready: ask again next step
+                break
+            self._ahead.append(source)
+        return list(itertools.islice(self._ahead, n))
 
     def take(self, count: int, longest: int) -> list[Source]:
         """The next ready sources that fit beside `count` sentences whose longest source is
         `longest` (an empty pool always admits one, however long)."""
         group: list[Source] = []
-        while (source := self.peek()) is not None:
-            longer = max(longest, len(source.ids))
+        while next_one := self.upcoming(1):
+            longer = max(longest, len(next_one[0].ids))
             if (count or group) and not self.fits(count + len(group) + 1, longer):
                 break
-            group.append(source)
-            longest, self._next = longer, None
+            group.append(self._ahead.popleft())
+            longest = longer
         return group
 
 
@@ -144,6 +155,22 @@ def search(
     return BeamPool(model, cfg, device, keep_attention, beam_width(cfg, nbest), nbest).run(feed)
 
 
+ENCODE_AHEAD = 64  # sentences encoded at once, the ones joining and those after them
+
+
+@dataclass
+class Encoded:
+    """Sentences encoded together ahead of joining a pool: their memory and first state."""
+
+    sources: list[Source]  # held, so that no other source can take one's id while this lives
+    mem: Any
+    state: Any
+    rows: dict[int, int] = field(init=False)  # id(source) -> its row
+
+    def __post_init__(self) -> None:
+        self.rows = {id(s): row for row, s in enumerate(self.sources)}
+
+
 class Pool:
     """The rows being decoded; subclasses say what a row holds, how a step advances them and
     when a sentence is done."""
@@ -161,9 +188,12 @@ class Pool:
         self.step_bytes = 0  # the size of the widest step's log-probabilities
         self.prefixed = False  # whether a sentence with a target prefix has joined
         self.vocabulary: Vocabulary | None = None  # the shortlist's pieces, when sentences have one
+        self.feed: Feed | None = None
+        self.encoded = Encoded([], None, None)  # sentences encoded ahead of joining
 
     @torch.no_grad()  # on a generator, torch switches gradients off only while it runs
     def run(self, feed: Feed) -> Results:
+        self.feed = feed
         refill_at = 0
         while True:
             if len(self.live) <= refill_at and not feed.exhausted:
@@ -194,8 +224,19 @@ class Pool:
         raise NotImplementedError
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
-        src, src_len = pad_sources([s.ids for s in group])
-        return self.model.encode(src.to(self.device), src_len)
+        """The memory and first decoder state of the sentences joining. They come from one
+        encoder call for them and the sentences after them (up to `ENCODE_AHEAD` in all), made
+        when a sentence joins that was not yet encoded: a beam pool admits a sentence or two a
+        step, and encoding each on its own took 12% of a 10,000-line decode (an LSTM call a
+        sentence), against 2% for OpenNMT-py's 64 at a time (docs/notes/performance-history.md, 16)."""
+        if any(id(s) not in self.encoded.rows for s in group):
+            chunk = group + self.feed.upcoming(max(0, ENCODE_AHEAD - len(group)))
+            src, src_len = pad_sources([s.ids for s in chunk])
+            mem, state = self.model.encode(src.to(self.device), src_len)
+            self.encoded = Encoded(chunk, mem, state)
+        rows = self.encoded.rows
+        index = torch.tensor([rows[id(s)] for s in group], device=self.device)
+        return self.encoded.mem.rows(index), self.encoded.state.select(index)
 
     def extend(self, mem: Any, state: Any, group: list[Source]) -> None:
         """The new sentences' memory and state after the pool's own."""

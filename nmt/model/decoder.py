@@ -56,6 +56,12 @@ class Memory:
     beams: int = 1  # decoder rows per sentence: beam search's K rows share one memory
     buffers: tuple[Tensor, Tensor, Tensor] | None = None  # what memory, mask, keys are the first rows of
 
+    def rows(self, index: Tensor) -> Memory:
+        """The memory of sentences `index` only, cut to the longest of them."""
+        mask = self.mask[index]
+        length = int(mask.sum(1).max())
+        return Memory(self.memory[index, :length], mask[:, :length], self.keys[index, :length], self.beams)
+
     def share(self, beams: int) -> Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
         return Memory(self.memory, self.mask, self.keys, beams, self.buffers)
