@@ -86,16 +86,26 @@ def test_a_shortlist_allowing_everything_decodes_as_without(translator, tmp_path
         assert [t.score for t in restricted] == pytest.approx([t.score for t in plain], abs=1e-4)
 
 
-def test_prefix_and_constraint_pieces_are_allowed_whatever_the_shortlist(translator, shortlist_file):
-    restricted = translator.shortlisted(shortlist_file)
+def test_prefix_and_constraint_pieces_are_allowed_whatever_the_shortlist(translator, tmp_path):
+    size = len(translator.tok.tgt)
+    nothing = Shortlist(
+        np.full((len(translator.tok.src), 1), -1, dtype=np.int32),
+        np.zeros(0, dtype=np.int32),
+        fingerprint(translator.tok.src),
+        fingerprint(translator.tok.tgt),
+        size,
+    )  # only EOS and <unk>, and each sentence's own prefix and phrases
+    nothing.save(tmp_path / "nothing.npz")
+    restricted = translator.shortlisted(tmp_path / "nothing.npz")
     prefix, phrase = "2222-", "-77"
     results = restricted.translate(
         ["5. März 1990"] * 2, prefixes=[prefix, ""], constraints=[{}, {"constraints": [phrase]}], beam=3
     )
-    assert results[0].text.startswith(prefix) and phrase in results[1].text
+    assert results[0].text == prefix  # then EOS: nothing else is allowed
+    assert phrase in results[1].text and set(results[1].text) <= set(phrase)
 
 
-def test_the_pool_restricts_only_while_sentences_with_a_shortlist_decode(translator, shortlist_file):
+def test_the_search_keeps_each_source_to_its_shortlist(translator, shortlist_file):
     restricted = translator.shortlisted(shortlist_file)
     ids, _ = translator.encode_sources(LINES[:3])
     sources = [
