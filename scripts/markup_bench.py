@@ -33,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from nmt.errors import NMTError
 from nmt.text.markup import Markup
-from nmt.words import text_words
+from nmt.words import WORD, text_words
 
 Links = set[tuple[int, int]]
 
@@ -94,8 +95,9 @@ def tagged_line(words: list[str], line: str, links: Links, draw: random.Random):
         {first: "<b>", last + 1: "</b>"} if point is None else {first: "<b>", last + 1: "</b>", point: "{0} "}
     )
     out, cursor = [], 0
-    spans_at = [m.start() for m in _words(line)] + [len(line)]
-    ends = [m.end() for m in _words(line)]
+    found = list(WORD.finditer(line))
+    spans_at = [m.start() for m in found] + [len(line)]
+    ends = [m.end() for m in found]
     for index in sorted(marks):
         at = ends[index - 1] if marks[index] == "</b>" else spans_at[index]
         out += [line[cursor:at], marks[index]]
@@ -105,18 +107,12 @@ def tagged_line(words: list[str], line: str, links: Links, draw: random.Random):
     return "".join(out), target, place
 
 
-def _words(line: str):
-    from nmt.words import WORD
-
-    return list(WORD.finditer(line))
-
-
 def placed(text: str) -> tuple[tuple[int, int] | None, int | None, bool]:
     """Where the output put the pair (its words) and the placeholder (the word it stands before),
     and whether it is well-formed with both tags."""
     try:
         markup = Markup.parse(text, "output")
-    except Exception:
+    except NMTError:
         return None, None, False
     pair = next((e for e in markup.elements if e.close), None)
     point = next((e for e in markup.elements if e.close is None), None)

@@ -246,7 +246,7 @@ class Pool:
         else:
             self.mem, self.state = self.mem.join(mem), self.state.join(state)
 
-    def restrict(self) -> None:
+    def cut_output_layer(self) -> None:
         """After sentences join: the output layer cut to their shortlists (a translator gives
         every sentence one or none)."""
         if self.live[-1].source.vocabulary is not None:
@@ -339,7 +339,7 @@ class GreedyPool(Pool):
         lens = torch.tensor([s.max_len for s in group], device=self.device)
         self.max_lens = cat(self.max_lens, lens)
         self.live += [Sentence(s) for s in group]
-        self.restrict()
+        self.cut_output_layer()
 
     def step(self) -> Results:
         histories = [r.tokens for r in self.live] if self.cfg.no_repeat_ngram else None
@@ -458,7 +458,7 @@ class BeamPool(Pool):
             trail.progress = [Progress.start(trail.source.include)] * K if trail.source.include else []
         self.live += trails
         self.steered = self.steered or any(s.steered for s in group)
-        self.restrict()
+        self.cut_output_layer()
 
     def step(self) -> Results:
         B, K, cfg = len(self.live), self.K, self.cfg

@@ -38,15 +38,22 @@ def with_shortlists(translators: dict[str, Translator], specs: tuple[str, ...]) 
     of that name, or a PATH alone when one model is served."""
     out = dict(translators)
     for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or "/" in name:
+        name, path = name_and_path(spec)
+        if name is None:
             if len(out) > 1:
                 raise NMTError(f"--shortlist {spec}: {len(out)} models are served; say which: NAME=PATH")
-            name, path = next(iter(out)), spec
+            name = next(iter(out))
         if name not in out:
             raise NMTError(f"--shortlist {spec}: no model named {name!r} (served: {', '.join(out)})")
         out[name] = out[name].shortlisted(Path(path))
     return out
+
+
+def name_and_path(spec: str) -> tuple[str | None, str]:
+    """A `[NAME=]PATH` value: (NAME, PATH), or (None, the value) when it names nothing (no "=",
+    or a "/" before it: a path holding "=")."""
+    name, sep, path = spec.partition("=")
+    return (name, path) if sep and name and "/" not in name else (None, spec)
 
 
 def model_names(specs: list[str]) -> dict[str, str]:
@@ -54,10 +61,9 @@ def model_names(specs: list[str]) -> dict[str, str]:
     (runs/toy and runs/toy/checkpoints/best.pt are both "toy"); repeated names get "-2", "-3"."""
     named: dict[str, str] = {}
     for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or "/" in name or not name:
-            path = spec
-            p = Path(spec)
+        name, path = name_and_path(spec)
+        if name is None:
+            p = Path(path)
             name = p.parent.parent.name if p.parent.name == "checkpoints" else (p.stem or p.name)
         base, k = name, 2
         while name in named:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nmt.errors import NMTError
+from nmt.words import SPACE
 
-MARK = "\u2581"  # SentencePiece's word-start mark
 KEYS = ("constraints", "avoid")  # a JSON line's keys: the phrases to include, and to avoid
 
 
@@ -124,14 +124,14 @@ class Avoiding:
     def __init__(self, phrases: list[str], pieces: list[str], decode: Callable[[list[int]], str]):
         self.phrases, self.pieces, self.decode = phrases, pieces, decode  # pieces: each id's text
         self.words = [p for p in phrases if len(p.split()) == 1]
-        self.inner = sorted((text, i) for i, text in enumerate(pieces) if text and not text.startswith(MARK))
+        self.inner = sorted((text, i) for i, text in enumerate(pieces) if text and not text.startswith(SPACE))
 
     def after(self, history: list[int]) -> list[int]:
         """The pieces that would complete a word to avoid inside the word being written."""
         start = next(
-            (t for t in reversed(range(len(history))) if self.pieces[history[t]].startswith(MARK)), 0
+            (t for t in reversed(range(len(history))) if self.pieces[history[t]].startswith(SPACE)), 0
         )
-        tail = "".join(self.pieces[i] for i in history[start:]).lstrip(MARK)
+        tail = "".join(self.pieces[i] for i in history[start:]).lstrip(SPACE)
         return [
             i
             for word in self.words

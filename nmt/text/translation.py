@@ -25,12 +25,12 @@ from nmt.config import DecodeConfig, decode_settings
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
-from nmt.text.constraints import MARK, Avoiding, Constraints
+from nmt.text.constraints import Avoiding, Constraints
 from nmt.text.markup import Markup
 from nmt.text.ranking import Hypothesis, Source, is_greedy
 from nmt.text.shortlist import Shortlist
 from nmt.vocab import BOS, EOS, PAD, UNK
-from nmt.words import merge_attention
+from nmt.words import SPACE, merge_attention
 
 # Lines sorted by length together: plenty for full batches, and a small reorder buffer (2,000
 # lines held 2 MiB more of Python objects for no gain in speed; docs/notes/performance-history.md, 10.4).
@@ -245,9 +245,10 @@ class TextTranslator:
         each hypothesis's text by its own attention."""
         if not t.hypotheses:  # an empty line, or one of tags only: its tags stand alone
             return dataclasses.replace(t, texts=[markup.carry("", None, [], [])])
+        pieces = [t.tgt_pieces] + [self.tok.tgt.id_to_piece(h.tokens) for h in t.hypotheses[1:]]
         texts = [
-            markup.carry(text, h.attention, t.src_pieces, self.tok.tgt.id_to_piece(h.tokens))
-            for text, h in zip(t.texts, t.hypotheses, strict=True)
+            markup.carry(text, h.attention, t.src_pieces, tgt)
+            for text, h, tgt in zip(t.texts, t.hypotheses, pieces, strict=True)
         ]
         return dataclasses.replace(t, texts=texts)
 
@@ -309,7 +310,7 @@ class TextTranslator:
             for number, (text, pieces) in enumerate(zip(texts[key], ids, strict=True), 1):
                 if not pieces:
                     raise NMTError(f"{where}: {key} {number} is empty; give each phrase some text")
-                if all(p == UNK or self.marked_pieces[p] == MARK for p in pieces):
+                if all(p == UNK or self.marked_pieces[p] == SPACE for p in pieces):
                     raise NMTError(f"{where}: {key} {number} ({text!r}) is only unknown pieces to this model")
             encoded.append(ids)
         needed = len(prefix) + sum(map(len, encoded[0]))
@@ -337,9 +338,9 @@ class TextTranslator:
         """A phrase's pieces as they would be written inside a word (without the word-start
         mark), so that a phrase to avoid is banned there too; None when it has no such spelling."""
         first = self.marked_pieces[ids[0]]
-        if not first.startswith(MARK):
+        if not first.startswith(SPACE):
             return None
-        if first == MARK:
+        if first == SPACE:
             return ids[1:] or None
         piece = self.tok.tgt.sp.piece_to_id(first[1:])
         return [piece, *ids[1:]] if piece != UNK else None
