@@ -111,6 +111,13 @@ ShortlistOption = Annotated[
     Path | None,
     typer.Option(metavar="PATH", help="A lexical shortlist (nmt shortlist): faster, outputs may change."),
 ]
+InputFormatOption = Annotated[
+    Literal["text", "jsonl", "tsv"],
+    typer.Option(
+        help='jsonl: {"text": ..., "constraints": [...], "avoid": [...]} a line; tsv: the text, then '
+        "a tab before each phrase to include."
+    ),
+]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
     typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
@@ -154,6 +161,7 @@ def translate(
     constraints: ConstraintsOption = None,
     markup: MarkupOption = False,
     shortlist: ShortlistOption = None,
+    input_format: InputFormatOption = "text",
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
@@ -164,7 +172,7 @@ def translate(
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
-    steering = Steering(prefixes, constraints, markup, shortlist)
+    steering = Steering(prefixes, constraints, markup, shortlist, input_format)
     summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, steering)
     if summary:
         typer.echo(summary, err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -71,6 +72,7 @@ class Steering:
     constraints: Path | None = None  # a JSON line a line: phrases to include and avoid
     markup: bool = False  # the lines hold inline tags, carried to the output (nmt.text.markup)
     shortlist: Path | None = None  # a lexical shortlist (nmt.text.shortlist)
+    input_format: str = "text"  # jsonl or tsv: each input line carries its own constraints
 
     def inputs(self) -> dict[str, Path | None]:
         return {"--prefixes": self.prefixes, "--constraints": self.constraints, "--shortlist": self.shortlist}
@@ -122,6 +124,10 @@ def run_translate(
     """The whole `nmt translate`: the outputs checked, the models loaded on `engine` (torch or
     onnx), the input translated as `steering` says; returns a summary line for stderr ('' when
     nothing to say)."""
+    if steering.input_format != "text" and steering.constraints:
+        raise NMTError(
+            f"--constraints and --input-format {steering.input_format} both give constraints; use one"
+        )
     inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
     check_outputs({"-o": output, "--attention": opts.attention}, inputs)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
@@ -171,6 +177,9 @@ def translate_files(
         return ""
     # read as decoding goes, so memory does not grow with the input
     lines = iter_lines(input) if input else _stdin_lines()
+    guides = read_constraints(steering.constraints) if steering.constraints else None
+    if steering.input_format != "text":
+        lines, guides = split_input(lines, steering.input_format, str(input or "<stdin>"))
     truncated, unmet, to_plot = 0, [], []
     with ExitStack() as files:
         out = files.enter_context(atomic_text(output)) if output else sys.stdout
@@ -186,7 +195,7 @@ def translate_files(
             progress=bar.update,
             attention=keep_attention,
             prefixes=iter_lines(steering.prefixes) if steering.prefixes else None,
-            constraints=read_constraints(steering.constraints) if steering.constraints else None,
+            constraints=guides,
             markup=steering.markup,
         )
         for index, t in enumerate(results, 1):
@@ -209,6 +218,14 @@ def read_constraints(path: Path) -> Iterator[Constraints]:
     """The lexical constraints of each input line, from a file of JSON lines read as it goes."""
     for number, line in enumerate(iter_lines(path), 1):
         yield Constraints.from_json(line, f"{path}:{number}")
+
+
+def split_input(lines: Iterator[str], form: str, name: str) -> tuple[Iterator[str], Iterator[Constraints]]:
+    """The texts and the constraints of input lines that carry both (`Constraints.from_input`),
+    as two streams read in step."""
+    pairs = (Constraints.from_input(line, form, f"{name}:{n}") for n, line in enumerate(lines, 1))
+    texts, guides = itertools.tee(pairs)
+    return (text for text, _ in texts), (guide for _, guide in guides)
 
 
 def plot_heatmaps(translations: list[Translation], opts: OutputOptions) -> None:

@@ -50,13 +50,30 @@ class Constraints:
     @classmethod
     def from_json(cls, line: str, where: str) -> Constraints:
         """A line of a constraints file (`nmt translate --constraints`); an empty line is none."""
-        if not line.strip():
-            return cls()
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise NMTError(f"{where}: not a JSON object ({error.msg}, column {error.colno})") from None
-        return cls.parse(value, where)
+        return cls.parse(_json(line, where), where) if line.strip() else cls()
+
+    @classmethod
+    def from_input(cls, line: str, form: str, where: str) -> tuple[str, Constraints]:
+        """A line of an input that carries its own constraints (`nmt translate --input-format`):
+        `jsonl`, `{"text": ..., "constraints": [...], "avoid": [...]}`; `tsv`, the text, then a
+        tab before each phrase to include (fairseq's convention). An empty line is empty text."""
+        if form == "tsv" or not line.strip():
+            text, *phrases = line.split("\t")
+            return text, cls(phrases)
+        value = _json(line, where)
+        if not isinstance(value, dict) or not isinstance(value.get("text"), str):
+            raise NMTError(
+                f'{where}: expected an object with "text" (a string), and "constraints" and/or "avoid"'
+            )
+        text = value.pop("text")
+        return text, cls.parse(value, where)
+
+
+def _json(line: str, where: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise NMTError(f"{where}: not a JSON object ({error.msg}, column {error.colno})") from None
 
 
 @dataclass(frozen=True)

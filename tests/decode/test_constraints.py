@@ -123,6 +123,41 @@ def test_the_api_and_the_command_line_take_constraints(run, tmp_path):
     ]
 
 
+def test_inputs_that_carry_their_constraints_translate_as_with_a_constraints_file(run, tmp_path):
+    """`--input-format jsonl` ({"text": ..., "constraints": [...], "avoid": [...]}) and `tsv`
+    (the text, then a tab before each phrase to include) give `--constraints FILE`'s output."""
+    from nmt import Translator
+
+    translator = Translator.load(run, device="cpu")
+    records = [{"text": line, **guide} for line, guide in zip(LINES, GUIDES, strict=True)]
+    include = [{"constraints": g.get("constraints", [])} for g in GUIDES]
+    inputs = {
+        "jsonl": ("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), GUIDES),
+        "tsv": (
+            "".join(
+                "\t".join([line, *g["constraints"]]) + "\n" for line, g in zip(LINES, include, strict=True)
+            ),
+            include,
+        ),
+    }
+    for form, (text, guides) in inputs.items():
+        source, out = tmp_path / f"in.{form}", tmp_path / f"out.{form}"
+        source.write_text(text, encoding="utf-8")
+        args = ["translate", "-m", str(run), "-i", str(source), "-o", str(out), "--beam", "3", "-q"]
+        result = CliRunner().invoke(app, [*args, "--input-format", form])
+        assert result.exit_code == 0, result.output
+        expected = translator.translate(LINES, constraints=guides, beam=3)
+        assert out.read_text(encoding="utf-8").splitlines() == [t.text for t in expected]
+    source.write_text('{"constraints": ["1990"]}\n', encoding="utf-8")
+    result = CliRunner().invoke(app, [*args, "--input-format", "jsonl"])
+    assert result.exit_code == 2 and 'in.tsv:1: expected an object with "text"' in result.stderr
+    result = CliRunner().invoke(app, [*args, "--input-format", "tsv", "--constraints", str(source)])
+    assert (
+        result.exit_code == 2
+        and "--constraints and --input-format tsv both give constraints" in result.stderr
+    )
+
+
 BIG = "1990 1991 1992 1993"
 
 
