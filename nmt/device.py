@@ -30,6 +30,17 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host values (a list or a CPU tensor) as a tensor on `device`, without waiting for it: a
+    plain copy to a CUDA device waits for every kernel queued before it, so a decoding step that
+    sent an index or two stalled the GPU each time (docs/notes/performance-history.md, 17). On
+    CUDA the values go from page-locked memory, asynchronously; on the CPU they stay where they are."""
+    tensor = torch.as_tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor if device.type == "cpu" else tensor.to(device)
+
+
 def environment_report() -> str:
     """What a bug report needs: versions, the devices torch sees, and its thread count."""
     import platform

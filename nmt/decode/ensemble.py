@@ -21,8 +21,8 @@ class Members:
     def select(self, index: Tensor) -> Members:
         return Members([item.select(index) for item in self.items])
 
-    def rows(self, index: Tensor) -> Members:
-        return Members([item.rows(index) for item in self.items])
+    def rows(self, index: Tensor, length: int) -> Members:
+        return Members([item.rows(index, length) for item in self.items])
 
     def compact(self, rows: int, holes: Tensor, fillers: Tensor) -> Members:
         return Members([item.compact(rows, holes, fillers) for item in self.items])
@@ -30,8 +30,9 @@ class Members:
     def share(self, beams: int) -> Members:
         return Members([item.share(beams) for item in self.items])
 
-    def join(self, other: Members) -> Members:
-        return Members([a.join(b) for a, b in zip(self.items, other.items, strict=True)])
+    def join(self, other: Members, *longest: int) -> Members:
+        """`longest`: memories only, the longest source of this pool's sentences."""
+        return Members([a.join(b, *longest) for a, b in zip(self.items, other.items, strict=True)])
 
 
 class Ensemble:

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig
 from nmt.decode.search import Feed, GreedyPool, Results, StepModel
+from nmt.device import to_device
 from nmt.text.ranking import Source
 
 
@@ -58,8 +59,8 @@ class SamplePool(GreedyPool):
             row.draws = draws(self.cfg.seed, row.source.ids, row.source.key[1])
 
     def choose(self, logp: Tensor) -> tuple[Tensor, Tensor]:
-        uniforms = torch.tensor([row.draws.random() for row in self.live], dtype=torch.float64)
-        tokens = sample_tokens(logp, uniforms.to(self.device), self.cfg)
+        uniforms = to_device([row.draws.random() for row in self.live], self.device, torch.float64)
+        tokens = sample_tokens(logp, uniforms, self.cfg)
         return logp.gather(1, tokens[:, None]).squeeze(1), tokens
 
 

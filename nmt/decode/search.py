@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,6 +29,7 @@ from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
 from nmt.decode.vocabulary import Vocabulary
+from nmt.device import to_device
 from nmt.text.constraints import Candidate, Progress, allocate, banned
 from nmt.text.ranking import (
     NEG_INF,
@@ -47,8 +49,10 @@ Results = Iterator[tuple[int, list[Hypothesis]]]  # (Source.key, n-best hypothes
 class StepModel(Protocol):
     """What a search needs from a model: a Seq2Seq, or an Ensemble of them.
 
-    `encode` returns the memory (with `compact(rows, holes, fillers)`, `share(beams)` and
-    `join(other)`) and the first decoder state (with `select(index)` and `join(other)`); `step`
+    `encode` returns the memory (with `rows(index, length)`, `compact(rows, holes, fillers)`,
+    `share(beams)` and `join(other, longest)`: lengths the search knows, so the memory need not
+    read them from its mask) and the first decoder state (with `select(index)` and
+    `join(other)`); `step`
     maps the previous tokens y (R,) at target `positions` (R,) to logits (R, V) (with a
     shortlist's `vocabulary`, (R, U) of its pieces), the next state and the attention (R, S).
     """
@@ -128,8 +132,8 @@ def step_log_probs(
     rows = [r for r, token in enumerate(forced or []) if token >= 0]
     if not rows:
         return restrict(logits, positions, histories, cfg), state, weights
-    rows_t = torch.tensor(rows, device=logits.device)
-    tokens = torch.tensor([forced[r] for r in rows], device=logits.device)
+    rows_t = to_device(rows, logits.device)
+    tokens = to_device([forced[r] for r in rows], logits.device)
     kept = logits[rows_t, tokens]
     restrict(logits, positions, histories, cfg)
     logits[rows_t] = NEG_INF
@@ -232,11 +236,12 @@ class Pool:
         if any(id(s) not in self.encoded.rows for s in group):
             chunk = group + self.feed.upcoming(max(0, ENCODE_AHEAD - len(group)))
             src, src_len = pad_sources([s.ids for s in chunk])
-            mem, state = self.model.encode(src.to(self.device), src_len)
+            mem, state = self.model.encode(to_device(src, self.device), src_len)
             self.encoded = Encoded(chunk, mem, state)
         rows = self.encoded.rows
-        index = torch.tensor([rows[id(s)] for s in group], device=self.device)
-        return self.encoded.mem.rows(index), self.encoded.state.select(index)
+        index = to_device([rows[id(s)] for s in group], self.device)
+        longest = max(len(s.ids) for s in group)
+        return self.encoded.mem.rows(index, longest), self.encoded.state.select(index)
 
     def extend(self, mem: Any, state: Any, group: list[Source]) -> None:
         """The new sentences' memory and state after the pool's own."""
@@ -244,7 +249,8 @@ class Pool:
         if self.mem is None:
             self.mem, self.state = mem, state
         else:
-            self.mem, self.state = self.mem.join(mem), self.state.join(state)
+            longest = max(len(r.source.ids) for r in self.live)
+            self.mem, self.state = self.mem.join(mem, longest), self.state.join(state)
 
     def cut_output_layer(self) -> None:
         """After sentences join: the output layer cut to their shortlists (a translator gives
@@ -297,9 +303,8 @@ class Compaction:
         order = list(range(rows))
         for hole, filler in zip(holes, fillers, strict=True):
             order[hole] = filler
-        return cls(
-            order, *(torch.tensor(ix, dtype=torch.long, device=device) for ix in (order, holes, fillers))
-        )
+        sent = to_device(order + holes + fillers, device)  # one copy to the device, not three
+        return cls(order, *sent.split([rows, len(holes), len(fillers)]))
 
     def memory(self, mem: Any) -> Any:
         return mem.compact(len(self.order), self.holes, self.fillers)
@@ -336,8 +341,7 @@ class GreedyPool(Pool):
         self.y = cat(self.y, torch.full((n,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
         self.log_prob = cat(self.log_prob, torch.zeros(n, dtype=torch.float64, device=self.device))
-        lens = torch.tensor([s.max_len for s in group], device=self.device)
-        self.max_lens = cat(self.max_lens, lens)
+        self.max_lens = cat(self.max_lens, to_device([s.max_len for s in group], self.device))
         self.live += [Sentence(s) for s in group]
         self.cut_output_layer()
 
@@ -347,16 +351,18 @@ class GreedyPool(Pool):
         best, self.y = self.choose(logp)
         self.log_prob += best.double()
         self.positions += 1
-        for row, token in zip(self.live, self.y.tolist(), strict=True):
+        done = (self.y == EOS) | (self.positions >= self.max_lens)
+        tokens, done, log_prob = fetch(self.y[:, None], done[:, None], self.log_prob[:, None])
+        for row, token in zip(self.live, tokens[:, 0].tolist(), strict=True):
             row.tokens.append(token)
         if self.keep_attention:
             w = w.float().cpu()
             for r, row in enumerate(self.live):
                 row.weights.append(w[r, : len(row.source.ids)])
-        done = ((self.y == EOS) | (self.positions >= self.max_lens)).tolist()
+        done = done[:, 0].tolist()
         if not any(done):
             return
-        log_prob = self.log_prob.tolist()
+        log_prob = log_prob[:, 0].tolist()
         keep = []
         for r, (row, finished) in enumerate(zip(self.live, done, strict=True)):
             if not finished:
@@ -452,7 +458,7 @@ class BeamPool(Pool):
         self.scores = cat(self.scores, scores)
         self.y = cat(self.y, torch.full((n * K,), BOS, dtype=torch.long, device=self.device))
         self.positions = cat(self.positions, torch.zeros(n, dtype=torch.long, device=self.device))
-        self.max_lens = cat(self.max_lens, torch.tensor([s.max_len for s in group], device=self.device))
+        self.max_lens = cat(self.max_lens, to_device([s.max_len for s in group], self.device))
         trails = [Trail(s) for s in group]
         for trail in trails:
             trail.progress = [Progress.start(trail.source.include)] * K if trail.source.include else []
@@ -487,9 +493,10 @@ class BeamPool(Pool):
         parent_rows = (
             torch.arange(B, device=self.device)[:, None] * K + origin.gather(1, survivors)
         ).flatten()
-        bound = self.scores.max(1).values.tolist()
-
-        tokens, parents, kept, top_l = token.tolist(), origin.tolist(), survivors.tolist(), top.tolist()
+        bound = self.scores.max(1).values[:, None]
+        host = fetch(token, origin, survivors, top, bound, ends, at_cap[:, None])
+        tokens, parents, kept, top_l, bound = (part.tolist() for part in host[:5])
+        ends, at_cap = host[5:]
         weights = w.float().view(B, K, -1).cpu() if self.keep_attention else None
         for i, trail in enumerate(self.live):
             trail.tokens.append(tokens[i])
@@ -499,13 +506,13 @@ class BeamPool(Pool):
                 trail.progress = [trail.offered[c] for c in kept[i]]
             if weights is not None:
                 trail.weights.append(weights[i, :, : len(trail.source.ids)])
-        for i, c in ends.nonzero().tolist():
+        for i, c in np.argwhere(ends).tolist():
             self._finish(self.live[i], c, top_l[i][c])
 
         keep = []
-        for i, (trail, capped) in enumerate(zip(self.live, at_cap.tolist(), strict=True)):
+        for i, (trail, capped) in enumerate(zip(self.live, at_cap[:, 0].tolist(), strict=True)):
             met = [h for h in trail.finished if not h.unmet] if trail.source.steered else trail.finished
-            if search_is_over(met, bound[i], capped, trail.source.max_len, self.nbest, cfg):
+            if search_is_over(met, bound[i][0], capped, trail.source.max_len, self.nbest, cfg):
                 yield (
                     trail.source.key,
                     sorted(trail.finished, key=lambda h: (h.unmet, -h.score))[: self.nbest],
@@ -592,6 +599,16 @@ class BeamPool(Pool):
             self.mem = packed.memory(self.mem)
             self.live = [self.live[i] for i in packed.order]
         self.state = state.select(parent_rows)
+
+
+def fetch(*parts: Tensor) -> list[np.ndarray]:
+    """2-D tensors of one height (int64, bool or float64) on the host in one copy: a search's one
+    read from the device a step, where each read waits for the GPU to finish what it was given
+    (a beam step made 13 reads: docs/notes/performance-history.md, 17). float64s travel as bits."""
+    host = torch.cat([p.view(torch.int64) if p.dtype == torch.float64 else p.long() for p in parts], 1)
+    pieces = np.split(host.cpu().numpy(), np.cumsum([p.size(1) for p in parts])[:-1], 1)
+    kinds = {torch.float64: lambda a: a.view(np.float64), torch.bool: lambda a: a.astype(bool)}
+    return [kinds.get(p.dtype, lambda a: a)(piece) for p, piece in zip(parts, pieces, strict=True)]
 
 
 def _next(prefix: list[int], written: int) -> int:

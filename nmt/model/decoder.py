@@ -56,11 +56,12 @@ class Memory:
     beams: int = 1  # decoder rows per sentence: beam search's K rows share one memory
     buffers: tuple[Tensor, Tensor, Tensor] | None = None  # what memory, mask, keys are the first rows of
 
-    def rows(self, index: Tensor) -> Memory:
-        """The memory of sentences `index` only, cut to the longest of them."""
-        mask = self.mask[index]
-        length = int(mask.sum(1).max())
-        return Memory(self.memory[index, :length], mask[:, :length], self.keys[index, :length], self.beams)
+    def rows(self, index: Tensor, length: int) -> Memory:
+        """The memory of sentences `index` only, cut to `length`, the longest of them (the caller
+        knows it: counting it here would read the mask back from a GPU, waiting for it)."""
+        return Memory(
+            self.memory[index, :length], self.mask[index, :length], self.keys[index, :length], self.beams
+        )
 
     def share(self, beams: int) -> Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
@@ -77,16 +78,17 @@ class Memory:
             tensor[holes] = tensor[fillers]
         return self._first(rows, self.buffers or self.tensors)
 
-    def join(self, other: Memory) -> Memory:
+    def join(self, other: Memory, longest: int) -> Memory:
         """This pool's sentences, then `other`'s (continuous batching: sentences join a search
         under way), written into the buffers' spare rows when they fit. New buffers are made
         only when the rows or the source length outgrow them, or when the longest source left
-        is under 3/4 of their length; their length is rounded up to a multiple of 4, so a
-        length-sorted input makes a few sizes, not one per sentence length."""
+        (`longest`, which the caller knows) is under 3/4 of their length; their length is
+        rounded up to a multiple of 4, so a length-sorted input makes a few sizes, not one per
+        sentence length."""
         rows, new_rows, new_len = self.mask.size(0), other.mask.size(0), other.mask.size(1)
         buffers = self.buffers or self.tensors
         capacity, length = buffers[1].shape
-        longest = max(new_len, int(self.mask.sum(1).max()))
+        longest = max(new_len, longest)
         wanted = -(-longest // 4) * 4
         if rows + new_rows > capacity or wanted > length or wanted * 4 <= length * 3:
             length = wanted

@@ -89,7 +89,8 @@ def restrict(logp: Any, positions: Any, histories: list[list[int]] | None, cfg: 
     """Forbid tokens the settings rule out, in place: logp (N, V) for rows at target `positions`
     (N,) (torch tensors or numpy arrays); `histories`, each row's tokens so far, is needed only
     with `no_repeat_ngram`."""
-    logp[:, [PAD, BOS]] = NEG_INF
+    logp[:, PAD] = NEG_INF  # one column at a time: a list index is sent to a GPU, waiting for it
+    logp[:, BOS] = NEG_INF
     if cfg.min_len:
         logp[positions + 1 < cfg.min_len, EOS] = NEG_INF
     if not cfg.allow_unk:

@@ -337,7 +337,7 @@ class FakeState:
 
 
 class FakeMemory:
-    def rows(self, index):
+    def rows(self, index, length):
         return self
 
     def compact(self, rows, holes, fillers):
@@ -346,7 +346,7 @@ class FakeMemory:
     def share(self, beams):
         return self
 
-    def join(self, other):
+    def join(self, other, longest):
         return self
 
 

@@ -224,13 +224,13 @@ def test_a_search_memory_moves_rows_in_place_and_regrows_only_when_outgrown():
     assert torch.equal(kept.memory, memory[[0, 3, 2]]) and torch.equal(kept.mask, mask[[0, 3, 2]])
     assert torch.equal(kept.keys, 2 * memory[[0, 3, 2]])
 
-    joined = kept.join(Memory(memory[1:2, :4], mask[1:2, :4], 2 * memory[1:2, :4]))  # a short one
+    joined = kept.join(Memory(memory[1:2, :4], mask[1:2, :4], 2 * memory[1:2, :4]), 5)  # a short one
     assert joined.memory.data_ptr() == whole.memory.data_ptr()  # into the spare row
     new_mask = torch.cat([mask[[0, 3, 2]], (torch.arange(9) < 4)[None]])
     assert torch.equal(joined.mask, new_mask)
     assert torch.equal(joined.memory[3], torch.cat([memory[1, :4], torch.zeros(5, 4)]))
 
-    grown = joined.join(Memory(memory[1:2], mask[1:2], 2 * memory[1:2]))  # more rows than room
+    grown = joined.join(Memory(memory[1:2], mask[1:2], 2 * memory[1:2]), 5)  # more rows than room
     assert grown.memory.shape == (5, 12, 4)  # the length rounded up to a multiple of 4
     assert torch.equal(grown.mask[:, :9], torch.cat([new_mask, mask[1:2]]))
     assert not grown.mask[:, 9:].any() and not grown.memory[:, 9:].any()
