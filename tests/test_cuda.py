@@ -1,6 +1,7 @@
 """On a CUDA GPU (skipped without one; run on the device with `pytest -m cuda tests/test_cuda.py`):
 the CUDA-graph training step gives the eager step's loss and gradients, mixed precision trains
-like fp32, a resumed GPU run continues where it stopped, and a shortlist decodes as on the CPU."""
+like fp32, a resumed GPU run continues where it stopped, a shortlist decodes as on the CPU, and
+a decoding step waits for the GPU once."""
 
 import pytest
 import torch
@@ -81,6 +82,9 @@ def test_bf16_and_fp16_train_like_fp32_over_100_steps(toy_dir, tmp_path):
         nmt_train(toy_dir, tmp_path / precision, *common, f"train.precision={precision}")
         rows = [m for m in read_metrics(tmp_path / precision) if "loss" in m]
         assert all(torch.isfinite(torch.tensor(m["loss"])) for m in rows), precision
+        skipped = [m["skipped_steps"] for m in rows]  # fp16's overflow steps, read at log lines
+        assert all(isinstance(n, int) for n in skipped) and skipped == sorted(skipped), skipped
+        assert precision == "fp16" or skipped[-1] == 0, skipped
         losses[precision] = rows[-1]["loss"]
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.1), losses
     assert losses["fp16"] == pytest.approx(losses["fp32"], rel=0.1), losses
@@ -133,3 +137,40 @@ def test_a_shortlist_decodes_on_the_gpu_as_on_the_cpu(translating_model, toy_dir
         on_cpu = cpu.shortlisted(tmp_path / "shortlist.npz").translate(lines, beam=beam)
         gpu = Translator.load(translating_model.last, device="cuda").shortlisted(tmp_path / "shortlist.npz")
         assert [t.text for t in gpu.translate(lines, beam=beam)] == [t.text for t in on_cpu]
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_decoding_step_waits_for_the_gpu_once(translating_model, toy_dir, beam):
+    """torch's sync debug mode counts what waits for the GPU: one read a step, and the order an
+    encoder call sends for packing (tests/decode/test_host_traffic.py bounds the same on the CPU).
+    The translations are the CPU's."""
+    import warnings
+
+    from nmt import Translator
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()
+    on_cpu = Translator.load(translating_model.last, device="cpu").translate(
+        lines, beam=beam, attention=False
+    )
+    gpu = Translator.load(translating_model.last, device="cuda")
+    gpu.translate(lines[:3], beam=beam, attention=False)  # cuBLAS and the allocators set up
+    counts = {"step": 0, "encode": 0}
+    for name in counts:
+        method = getattr(gpu.model, name)
+
+        def counted(*args, _method=method, _name=name):
+            counts[_name] += 1
+            return _method(*args)
+
+        setattr(gpu.model, name, counted)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            on_gpu = gpu.translate(lines, beam=beam, attention=False)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert [t.text for t in on_gpu] == [t.text for t in on_cpu]
+    assert counts["step"] > 2 * counts["encode"]
+    assert len(syncs) <= counts["step"] + 2 * counts["encode"], [str(w.message) for w in syncs[:5]]

@@ -65,10 +65,11 @@ class Learner:
 
     def step(
         self, batches: list[Batch], step: int, generator: torch.Generator, last_good: Path
-    ) -> tuple[torch.Tensor, int, bool]:
+    ) -> tuple[torch.Tensor, int, bool | torch.Tensor]:
         """One optimiser step over `batches` (several = gradient accumulation): this process's
         summed NLL (a float64 tensor on the device, read when the loss is logged) and target
-        tokens, and whether the step was taken (AMP's scaler skips one that overflowed).
+        tokens, and whether the step was taken (AMP's scaler skips one that overflowed; under
+        fp16 a bool tensor on the device, read with the loss: `Precision.step`).
 
         The loss is normalised by the target tokens of the whole step (over every process under
         torchrun), so accumulating k batches or running on k processes equals one big batch.

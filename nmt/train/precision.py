@@ -41,11 +41,17 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float) -> bool:
-        """Unscale, clip the gradient norm, step; False when the scaler skipped an overflow step."""
+    def step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float
+    ) -> bool | torch.Tensor:
+        """Unscale, clip the gradient norm, step. Whether the step was taken: True, or under fp16
+        a bool tensor on the device, False where the scaler skipped an overflow step (it lowers
+        its scale then). Read with the loss, not here: `get_scale()` waits for the GPU, and twice
+        a step made fp16 steps 9% slower than bf16's (docs/notes/performance-history.md, 12)."""
         self.scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        scale = self.scaler._get_scale_async() if self.scaler.is_enabled() else None
+        scale = None if scale is None else scale.clone()  # update() changes it in place
         self.scaler.step(optimizer)
         self.scaler.update()
-        return scale is None or self.scaler.get_scale() >= scale
+        return True if scale is None else self.scaler._get_scale_async() >= scale

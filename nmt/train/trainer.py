@@ -64,6 +64,7 @@ class Trainer:
         self.model = self.learner.model
         self.keeper = CheckpointKeeper.of(self.last.parent, train)
         self.window = LogWindow()  # the loss since the last log line
+        self.unread_skips: int | torch.Tensor = 0  # fp16 overflow steps not yet in progress.skipped_steps
         self.notes = [*self.epochs.notes, *self.validator.notes, self.learner.note]  # logged at the start
         self.notes += [start.note] if start else []
         self.notes += self._restore(checkpoint)
@@ -160,8 +161,14 @@ class Trainer:
         this process's summed NLL and target tokens."""
         batches = self.epochs.batches(groups)
         nll, tokens, taken = self.learner.step(batches, self.progress.step, self.generator, self.last)
-        self.progress.skipped_steps += not taken
+        if taken is not True:  # fp16: a tensor on the device, read with the loss
+            self.unread_skips = self.unread_skips + (~taken).long()
         return nll, tokens
+
+    def _read_skips(self) -> None:
+        """The overflow steps skipped since the last read, into the progress."""
+        self.progress.skipped_steps += int(self.unread_skips)
+        self.unread_skips = 0
 
     def spent(self) -> tuple[float, float, float]:
         """Epochs (the current one in part), wall-clock seconds, and seconds spent validating."""
@@ -188,6 +195,7 @@ class Trainer:
         p = self.progress
         nll, tokens = distributed.all_reduce_sums(self.window.sums(), self.device)
         check_finite(nll, self.learner.precision, f"by step {p.step}", self.last)
+        self._read_skips()
         self.report.show_window(self.window.entry(nll, tokens, p, self.learner.schedule.lr))
         self.window = LogWindow()
 
@@ -236,6 +244,7 @@ class Trainer:
 
     def _write_checkpoint(self, name: str, rng_states: list[dict]) -> None:
         self.keeper.saved()
+        self._read_skips()
         progress = vars(self.progress) | {"elapsed": self.clock.elapsed()}
         run = {"progress": progress, "window": self.window.sums(), "rng": rng_record(rng_states)}
         self.learner.save(self.run_dir / CHECKPOINTS / name, self.cfg, self.tok, run)

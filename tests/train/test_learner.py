@@ -37,3 +37,26 @@ def test_weights_lent_for_a_while_come_back_even_after_an_error():
         assert all(not v.any() for v in learner.model.state_dict().values())
         raise RuntimeError("evaluation failed")
     assert all(torch.equal(v, own[k]) for k, v in learner.model.state_dict().items())
+
+
+def test_a_scaled_step_says_whether_it_was_taken_without_reading_the_scale():
+    """fp16's gradient scaler skips a step whose gradients overflowed and halves its scale; the
+    step says so as a tensor on the device (read with the loss), not by reading the scale back.
+    A CPU scaler stands in for the CUDA one (tests/test_cuda.py trains in fp16 on a GPU)."""
+    from tests.host_traffic import HostTraffic
+
+    precision = Precision(torch.device("cpu"))
+    precision.scaler = torch.amp.GradScaler("cpu", init_scale=16.0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), fused=True)  # as on CUDA: it reads found_inf itself
+    taken = []
+    for value in (1.0, float("inf"), 1.0):
+        precision.backward(model(torch.full((1, 3), value)).sum())
+        with HostTraffic() as traffic:
+            taken.append(precision.step(model, optimizer, clip=1.0))
+        optimizer.zero_grad()
+        # Clipping moves each norm to the device it is on: no copy. Nothing else may wait.
+        assert [c for c in traffic.calls if c != "to(device)"] == []
+    assert [bool(t) for t in taken] == [True, False, True]
+    assert precision.scaler.get_scale() == 8.0
+    assert Precision(torch.device("cpu")).step(model, optimizer, clip=1.0) is True  # fp32
