@@ -352,17 +352,18 @@ class GreedyPool(Pool):
         self.log_prob += best.double()
         self.positions += 1
         done = (self.y == EOS) | (self.positions >= self.max_lens)
-        tokens, done, log_prob = fetch(self.y[:, None], done[:, None], self.log_prob[:, None])
-        for row, token in zip(self.live, tokens[:, 0].tolist(), strict=True):
+        # The step's one read from the device, as in `fetch` (whose arrays cost greedy steps 3%).
+        host = torch.stack([self.y, done.long(), self.log_prob.view(torch.int64)]).tolist()
+        for row, token in zip(self.live, host[0], strict=True):
             row.tokens.append(token)
         if self.keep_attention:
             w = w.float().cpu()
             for r, row in enumerate(self.live):
                 row.weights.append(w[r, : len(row.source.ids)])
-        done = done[:, 0].tolist()
+        done = host[1]
         if not any(done):
             return
-        log_prob = log_prob[:, 0].tolist()
+        log_prob = np.array(host[2], dtype=np.int64).view(np.float64).tolist()
         keep = []
         for r, (row, finished) in enumerate(zip(self.live, done, strict=True)):
             if not finished:
