@@ -174,3 +174,32 @@ def test_a_decoding_step_waits_for_the_gpu_once(translating_model, toy_dir, beam
     assert [t.text for t in on_gpu] == [t.text for t in on_cpu]
     assert counts["step"] > 2 * counts["encode"]
     assert len(syncs) <= counts["step"] + 2 * counts["encode"], [str(w.message) for w in syncs[:5]]
+
+
+def validation_scores(run, device: str) -> dict:
+    """The validation scores of `run`'s last checkpoint, validated on `device` in fp32."""
+    from nmt.checkpoint import read_checkpoint
+    from nmt.config import config_from_dict
+    from nmt.train.trainer import Trainer
+
+    checkpoint = read_checkpoint(run / CHECKPOINTS / LAST)
+    raw = checkpoint["config"]
+    raw["train"] |= {"device": device, "precision": "fp32"}
+    trainer = Trainer(config_from_dict(raw), run, quiet=True, resume=True, checkpoint=checkpoint)
+    return trainer.evaluate_model()[0]
+
+
+def test_validation_on_the_gpu_scores_what_it_scores_on_the_cpu(translating_model, tmp_path):
+    """On a GPU, validation takes 512 sentences at once (loss batches and the search's pool)
+    instead of the decode section's 64: the same scores, up to the last bits."""
+    import shutil
+
+    from nmt.train.validation import GPU_WIDTH
+
+    runs = {device: tmp_path / device for device in ("cpu", "cuda")}
+    for run in runs.values():
+        shutil.copytree(translating_model.run, run)
+    on_cpu, on_gpu = (validation_scores(run, device) for device, run in runs.items())
+    assert GPU_WIDTH > 64
+    assert on_gpu["valid_loss"] == pytest.approx(on_cpu["valid_loss"], rel=1e-4)
+    assert on_gpu["valid_bleu"] == pytest.approx(on_cpu["valid_bleu"], abs=0.5)

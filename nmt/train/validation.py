@@ -8,7 +8,7 @@ import random
 
 import torch
 
-from nmt.config import Config
+from nmt.config import Config, DecodeConfig
 from nmt.data.batching import collate
 from nmt.data.corpus import EncodedCorpus
 from nmt.data.sources import Pairs
@@ -18,6 +18,18 @@ from nmt.evaluate.scoring import EvalOptions, evaluate, metrics
 from nmt.model.linear import drop_prepacked
 from nmt.train.loss import batch_loss
 from nmt.train.precision import Precision
+
+# On a GPU, validation's loss batches and its translation pool hold this many sentences: a batch
+# or a decoding step costs about the same few hundred kernel launches at any width, so 64 at a
+# time left the card idle (1.7 s a validation on the H200, docs/notes/performance-history.md, 12).
+GPU_WIDTH = 512
+
+
+def validation_width(decode: DecodeConfig, device: torch.device) -> int:
+    """Sentences validated at once: the decode section's batch size, or on a GPU at least
+    `GPU_WIDTH`. The same scores either way, up to the last bits: a sentence's loss and search do
+    not depend on the others beside it."""
+    return max(decode.batch_size, GPU_WIDTH) if device.type == "cuda" else decode.batch_size
 
 
 def valid_sample(pairs: Pairs, size: int, seed: int) -> Pairs:
@@ -62,7 +74,11 @@ class Validator:
         model.eval()
         nll, tokens = self.loss(objective, step, generator)
         # A search, whatever the decode section says of sampling: validation ranks checkpoints.
-        translator = Translator.from_config(model, self.tok, self.cfg, self.device, {"sample": False})
+        settings: dict = {"sample": False}
+        if self.device.type == "cuda":
+            width = validation_width(self.cfg.decode, self.device)
+            settings |= {"batch_type": "sentences", "batch_size": width}
+        translator = Translator.from_config(model, self.tok, self.cfg, self.device, settings)
         translations = translator.translate([s for s, _ in self.translated], attention=attention)
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]
@@ -77,9 +93,10 @@ class Validator:
         }, translations
 
     def loss(self, objective: torch.nn.Module, step: int, generator: torch.Generator) -> tuple[float, int]:
-        """Summed NLL and target tokens over every validation pair, in batches of decoding's size."""
+        """Summed NLL and target tokens over every validation pair, in batches of
+        `validation_width` sentences."""
         nll, tokens = 0.0, 0
-        size, corpus = self.cfg.decode.batch_size, self.corpus
+        size, corpus = validation_width(self.cfg.decode, self.device), self.corpus
         for start in range(0, len(corpus), size):
             batch = collate(corpus, range(start, min(start + size, len(corpus)))).to(self.device)
             with self.precision.autocast():

@@ -38,3 +38,17 @@ def test_a_log_windows_entry_is_its_mean_loss_and_speed():
     assert entry["loss"] == 2.0 and abs(entry["ppl"] - math.exp(2.0)) < 1e-9
     assert 5.0 < entry["tgt_tokens_per_s"] <= 6.0  # 12 tokens (all processes) in a bit over 2 s
     assert (entry["step"], entry["epoch"], entry["lr"], entry["skipped_steps"]) == (40, 1, 0.001, 2)
+
+
+def test_validation_is_wider_on_a_gpu_only():
+    """The decode section's batch on the CPU; on a GPU at least 512 sentences at once (launches,
+    not arithmetic, bound a step there; tests/test_cuda.py checks the scores are the same)."""
+    import torch
+
+    from nmt.config import DecodeConfig
+    from nmt.train.validation import GPU_WIDTH, validation_width
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert validation_width(DecodeConfig(batch_size=64), cpu) == 64
+    assert validation_width(DecodeConfig(batch_size=64), cuda) == GPU_WIDTH == 512
+    assert validation_width(DecodeConfig(batch_size=1000), cuda) == 1000
