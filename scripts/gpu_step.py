@@ -3,7 +3,7 @@ host syncs per step (torch profiler), capture cost, and one validation's time.
 
     python scripts/gpu_step.py --data ../shared/data/multi30k --out /tmp/gpu-step
 
-The bench model of ../shared/gpu/side_by_side.sh (multi30k-luong-dot.yaml with general
+The bench model of scripts/gpu/side_by_side.sh (multi30k-luong-dot.yaml with general
 attention, bf16). Prints one line a figure and writes the profiler tables to --out.
 """
 
@@ -107,7 +107,8 @@ def timed(fn) -> float:
 
 def validation(trainer: Trainer, args, report) -> None:
     """One validation, its loss and its translations apart; then test_2016 through the search
-    (beam 1 and 5, batch 64 and 256), with the host syncs it makes."""
+    (beam 1 and 5, batch 64 and 256), with the host syncs it makes and where its time goes (the
+    profiler's table of 256 lines, to --out)."""
     from nmt.decode.translator import Translator
 
     learner = trainer.learner
@@ -124,8 +125,11 @@ def validation(trainer: Trainer, args, report) -> None:
         seconds = timed(lambda translator=translator: translator.translate(lines))
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             translator.translate(lines[:256])
-        syncs = {e.key: e.count for e in prof.key_averages() if e.key in SYNCS}
+        events = prof.key_averages()
+        syncs = {e.key: e.count for e in events if e.key in SYNCS}
         report(f"test_2016 beam {beam} batch {size}: {seconds:.2f} s; 256 lines: {syncs}")
+        table = events.table(sort_by="self_cpu_time_total", row_limit=30)
+        (args.out / f"decode-profile-beam{beam}-batch{size}.txt").write_text(table)
 
 
 def main() -> None:
