@@ -121,10 +121,11 @@ def validation(trainer: Trainer, args, report) -> None:
         overrides = {"beam": beam, "batch_size": size}
         model, device = trainer.model, trainer.device
         translator = Translator.from_config(model, trainer.tok, trainer.cfg, device, overrides)
-        translator.translate(lines[:64])
-        seconds = timed(lambda translator=translator: translator.translate(lines))
+        translate = translator.translate  # without attention outputs, as `nmt translate`
+        translate(lines[:64], attention=False)
+        seconds = timed(lambda translate=translate: translate(lines, attention=False))
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            translator.translate(lines[:256])
+            translate(lines[:256], attention=False)
         events = prof.key_averages()
         syncs = {e.key: e.count for e in events if e.key in SYNCS}
         report(f"test_2016 beam {beam} batch {size}: {seconds:.2f} s; 256 lines: {syncs}")
