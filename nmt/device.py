@@ -35,9 +35,14 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> 
     plain copy to a CUDA device waits for every kernel queued before it, so a decoding step that
     sent an index or two stalled the GPU each time (docs/notes/performance-history.md, 17). On
     CUDA the values go from page-locked memory, asynchronously; on the CPU they stay where they are."""
-    tensor = torch.as_tensor(values, dtype=dtype)
     if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
+        pinned = (
+            values.to(dtype).pin_memory()
+            if isinstance(values, torch.Tensor)
+            else torch.tensor(values, dtype=dtype, pin_memory=True)
+        )
+        return pinned.to(device, non_blocking=True)
+    tensor = torch.as_tensor(values, dtype=dtype)
     return tensor if device.type == "cpu" else tensor.to(device)
 
 

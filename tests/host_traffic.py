@@ -27,6 +27,9 @@ READS = {
     torch.nonzero,
     Tensor.masked_select,
     torch.masked_select,
+    torch.equal,
+    Tensor.equal,
+    Tensor.cuda,
 }
 INDEXING = {Tensor.__getitem__, Tensor.__setitem__}
 
@@ -42,6 +45,11 @@ def _waits_to_index(index) -> bool:
 
 def _names_a_device(args) -> bool:
     return any(isinstance(a, (str, torch.device)) for a in args)
+
+
+def _sized_by_a_tensor(args, kwargs) -> bool:
+    repeats = kwargs.get("repeats", args[1] if len(args) > 1 else None)
+    return isinstance(repeats, Tensor) and "output_size" not in kwargs
 
 
 class HostTraffic(TorchFunctionMode):
@@ -63,6 +71,9 @@ class HostTraffic(TorchFunctionMode):
             self.calls.append(f"{func.__name__}[{type(args[1]).__name__}]")
         elif func in (torch.tensor, torch.as_tensor) and kwargs.get("device") is not None:
             self.calls.append(f"{func.__name__}(device=...)")
-        elif func is Tensor.to and _names_a_device(args[1:]) and not kwargs.get("non_blocking"):
-            self.calls.append("to(device)")
+        elif func is Tensor.to and _names_a_device([*args[1:], kwargs.get("device")]):
+            if not kwargs.get("non_blocking"):
+                self.calls.append("to(device)")
+        elif func in (torch.repeat_interleave, Tensor.repeat_interleave) and _sized_by_a_tensor(args, kwargs):
+            self.calls.append("repeat_interleave[Tensor]")  # its output size is read first
         return func(*args, **kwargs)

@@ -37,8 +37,15 @@ def refusal(tmp_path: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(script)], env=settings, capture_output=True, text=True, check=False)
 
 
-def test_a_wrong_model_or_a_missing_kit_is_refused_before_anything_is_touched(tmp_path):
-    cases = {"MODEL=bench or MODEL=large": {"MODEL": "huge"}, "copy ../shared/gpu there": {"KIT": "/no/kit"}}
+def test_a_wrong_setting_is_refused_before_anything_is_touched(tmp_path):
+    """A wrong model, a missing kit, or a work folder of someone else's (the script empties it)."""
+    kit = tmp_path / "kit"
+    (kit / "peer").mkdir(parents=True)
+    cases = {
+        "MODEL=bench or MODEL=large": {"MODEL": "huge"},
+        "copy ../shared/gpu there": {"KIT": "/no/kit"},
+        "holds files this script did not make": {"KIT": str(kit)},
+    }
     for i, (says, env) in enumerate(cases.items()):
         refused = refusal(tmp_path / str(i), **env)
         assert refused.returncode == 2 and says in refused.stderr

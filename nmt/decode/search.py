@@ -606,6 +606,7 @@ def fetch(*parts: Tensor) -> list[np.ndarray]:
     """2-D tensors of one height (int64, bool or float64) on the host in one copy: a search's one
     read from the device a step, where each read waits for the GPU to finish what it was given
     (a beam step made 13 reads: docs/notes/performance-history.md, 17). float64s travel as bits."""
+    assert all(p.dtype in (torch.int64, torch.bool, torch.float64) for p in parts), [p.dtype for p in parts]
     host = torch.cat([p.view(torch.int64) if p.dtype == torch.float64 else p.long() for p in parts], 1)
     pieces = np.split(host.cpu().numpy(), np.cumsum([p.size(1) for p in parts])[:-1], 1)
     kinds = {torch.float64: lambda a: a.view(np.float64), torch.bool: lambda a: a.astype(bool)}

@@ -92,7 +92,11 @@ def restrict(logp: Any, positions: Any, histories: list[list[int]] | None, cfg: 
     logp[:, PAD] = NEG_INF  # one column at a time: a list index is sent to a GPU, waiting for it
     logp[:, BOS] = NEG_INF
     if cfg.min_len:
-        logp[positions + 1 < cfg.min_len, EOS] = NEG_INF
+        early = positions + 1 < cfg.min_len
+        if hasattr(logp, "masked_fill_"):  # torch: a boolean-mask index would read the mask back
+            logp[:, EOS].masked_fill_(early, NEG_INF)
+        else:
+            logp[early, EOS] = NEG_INF
     if not cfg.allow_unk:
         logp[:, UNK] = NEG_INF
     n = cfg.no_repeat_ngram

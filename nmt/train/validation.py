@@ -27,9 +27,12 @@ GPU_WIDTH = 512
 
 def validation_width(decode: DecodeConfig, device: torch.device) -> int:
     """Sentences validated at once: the decode section's batch size, or on a GPU at least
-    `GPU_WIDTH`. The same scores either way, up to the last bits: a sentence's loss and search do
-    not depend on the others beside it."""
-    return max(decode.batch_size, GPU_WIDTH) if device.type == "cuda" else decode.batch_size
+    `GPU_WIDTH` sentences (exactly that when the section counts tokens). The same maths either
+    way: a sentence's loss and search do not depend on the others beside it, so the scores differ
+    by float rounding at most (and a rare near tie in a search)."""
+    if device.type != "cuda":
+        return decode.batch_size
+    return GPU_WIDTH if decode.batch_type == "tokens" else max(decode.batch_size, GPU_WIDTH)
 
 
 def valid_sample(pairs: Pairs, size: int, seed: int) -> Pairs:

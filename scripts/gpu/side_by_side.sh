@@ -26,8 +26,14 @@ case $MODEL in
          mapfile -t ONMT_MODEL < <($PY -c "import yaml,sys; [print(f'{k}={v}') for k, v in yaml.safe_load(open(sys.argv[1])).items()]" "$HERE/onmt-large.yaml") ;;
   *) echo "side_by_side.sh: MODEL=$MODEL is not a model here; use MODEL=bench or MODEL=large" >&2; exit 2 ;;
 esac
+[ "$MODEL" = bench ] || [ ${#ONMT_MODEL[@]} -gt 0 ] ||
+  { echo "side_by_side.sh: could not read $HERE/onmt-large.yaml with $PY (PyYAML?)" >&2; exit 2; }
 [ -d "$KIT/peer" ] || { echo "side_by_side.sh: no kit at $KIT; copy ../shared/gpu there (its README says how)" >&2; exit 2; }
-O=${OUT:-/tmp/sbs-out}; mkdir -p "$O"; W=${WORK:-/tmp/sbs}; rm -rf "$W"; mkdir -p "$W"
+O=${OUT:-/tmp/sbs-out}; W=${WORK:-/tmp/sbs}
+# WORK is emptied: only a folder this script made (its mark inside), or a new or empty one.
+[ ! -d "$W" ] || [ -e "$W/.side_by_side" ] || [ -z "$(ls -A "$W")" ] ||
+  { echo "side_by_side.sh: WORK=$W holds files this script did not make; name a new folder" >&2; exit 2; }
+rm -rf "$W"; mkdir -p "$W" "$O"; touch "$W/.side_by_side"
 PHASES=${PHASES:-budget throughput decode}; TEST_LINES=${TEST_LINES:-1000}; BUDGET_S=${BUDGET_S:-120}; THROUGHPUT_S=${THROUGHPUT_S:-45}; BATCH=${BATCH:-256}
 GPUR="[0]"; ODT=fp16; NP=bf16; GFLAG="-gpu 0"
 [ "$DEVICE" = cuda ] || { GPUR="[]"; ODT=fp32; NP=fp32; GFLAG=""; }
@@ -107,7 +113,8 @@ for phase in $PHASES; do case $phase in
 budget)
   onmt_train onmt-budget "$BUDGET_S" report_every=100 valid_steps=1000
   nmt_train nmt-budget "$BUDGET_S"
-  ck=$(ls -v "$W"/onmt-budget/model_step_*.pt | tail -1)
+  ck=$(ls -v "$W"/onmt-budget/model_step_*.pt 2>/dev/null | tail -1)
+  [ -n "$ck" ] || { say "onmt-budget saved no checkpoint: $W/onmt-budget.log"; continue; }
   for beam in 1 5; do
     translate onmt-budget-beam$beam onmt "$ck" "$W/test.de" $beam 64
     translate nmt-budget-beam$beam nmt "$W/nmt-budget/checkpoints/last.pt" "$W/test.de" $beam 64
@@ -116,11 +123,13 @@ budget)
 throughput)
   onmt_train onmt-throughput "$THROUGHPUT_S" batch_size=$BATCH report_every=50 valid_steps=100000000
   nmt_train nmt-throughput "$THROUGHPUT_S" --set train.batch_size=$BATCH --set train.valid_every=100000 --set train.log_every=20 ;;
-decode)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5; nmt's source length counts EOS
+decode)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5, nmt at 1.5 x each source (EOS
+         # included) + 4: alike, and rarely reached when both rank by raw log-probability
   SAME_SEARCH="--alpha 0 --length-penalty none --max-len 250 --max-len-ratio 1.5 --max-len-add 4"
   [ -d "$W/nmt-throughput" ] || { say "decode needs the throughput phase"; continue; }
   for i in 1 2 3 4 5 6 7 8 9 10; do cat "$W/test.de"; done > "$W/10k.de"; encode "$W/10k.de"
-  ck=$(ls -v "$W"/onmt-throughput/model_step_*.pt | tail -1)
+  ck=$(ls -v "$W"/onmt-throughput/model_step_*.pt 2>/dev/null | tail -1)
+  [ -n "$ck" ] || { say "onmt-throughput saved no checkpoint: $W/onmt-throughput.log"; continue; }
   for bb in "1 64" "5 64" "5 256"; do set -- $bb
     translate onmt-10k-beam$1-batch$2 onmt "$ck" "$W/10k.de" $1 $2
     translate nmt-10k-beam$1-batch$2 nmt "$W/nmt-throughput/checkpoints/last.pt" "$W/10k.de" $1 $2 $SAME_SEARCH

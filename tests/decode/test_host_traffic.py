@@ -76,3 +76,27 @@ def test_the_other_searches_read_little_more(case):
     per_step = 2 if case == "attention" else 1
     members = 2 if case == "ensemble" else 1
     assert seen.waits <= per_step * counted.steps + PER_ENCODE * members * counted.encodes, seen.calls
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_lengths_the_search_hands_the_memory_are_the_masks(beam, monkeypatch):
+    """The memory no longer reads its mask for the longest source: the search says it, and says
+    what the mask says (else a memory is cut short, or kept too long)."""
+    from nmt.model.decoder import Memory
+
+    rows, join, checked = Memory.rows, Memory.join, []
+
+    def checked_rows(self, index, length):
+        assert length == int(self.mask[index].sum(1).max())
+        checked.append("rows")
+        return rows(self, index, length)
+
+    def checked_join(self, other, longest):
+        assert longest == int(self.mask.sum(1).max())
+        checked.append("join")
+        return join(self, other, longest)
+
+    monkeypatch.setattr(Memory, "rows", checked_rows)
+    monkeypatch.setattr(Memory, "join", checked_join)
+    traffic(lasting(STYLES["luong-if"]), DecodeConfig(beam=beam))
+    assert checked.count("join") > 3 and checked.count("rows") > 3

@@ -52,3 +52,5 @@ def test_validation_is_wider_on_a_gpu_only():
     assert validation_width(DecodeConfig(batch_size=64), cpu) == 64
     assert validation_width(DecodeConfig(batch_size=64), cuda) == GPU_WIDTH == 512
     assert validation_width(DecodeConfig(batch_size=1000), cuda) == 1000
+    tokens = DecodeConfig(batch_size=4096, batch_type="tokens")  # a token budget is no sentence count
+    assert validation_width(tokens, cuda) == GPU_WIDTH and validation_width(tokens, cpu) == 4096

@@ -432,3 +432,24 @@ def test_killing_one_of_two_processes_then_resuming_continues_exactly(toy_dir, t
     assert losses(killed) == losses(reference)
     last = torch.load(killed / "checkpoints" / "last.pt", weights_only=True)
     assert len(last["rng"]["processes"]) == 2
+
+
+def test_skipped_steps_are_read_at_log_lines_and_checkpoints(toy_dir, tmp_path, monkeypatch):
+    """fp16's scaler says whether a step was taken as a tensor on the device; the trainer adds
+    them up there and reads the count only at a log line or a checkpoint. A CPU stand-in
+    says every third step overflowed: steps 3, 6, 9 and 12."""
+    from nmt.train.precision import Precision
+
+    real, calls = Precision.step, []
+
+    def step(self, *args):
+        real(self, *args)
+        calls.append(None)
+        return torch.tensor(len(calls) % 3 != 0)
+
+    monkeypatch.setattr(Precision, "step", step)
+    nmt_train(toy_dir, tmp_path / "run", "train.max_steps=12", "train.log_every=5", "train.valid_every=100")
+    logged = [(m["step"], m["skipped_steps"]) for m in read_metrics(tmp_path / "run") if "loss" in m]
+    assert logged == [(5, 1), (10, 3)]
+    progress = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["progress"]
+    assert (progress["step"], progress["skipped_steps"]) == (12, 4)  # saved after step 12, no log line
