@@ -108,21 +108,27 @@ def _run_links(
     return list(zip(owner, word_at, strict=True))
 
 
-def merge_attention(
+def merged_words(
     weights, src_pieces: list[str], tgt_pieces: list[str]
-) -> tuple[np.ndarray, list[str], list[str]]:
-    """(T pieces, S pieces) weights -> (target words, source words) weights and both word lists:
+) -> tuple[np.ndarray, WordMap, WordMap]:
+    """(T pieces, S pieces) weights -> (target words, source words) weights and both word maps:
     source words sum their pieces' columns, target words average their pieces' rows."""
     weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
     src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
-    return tgt.mean_pieces(src.sum_pieces(weights)), src.words, tgt.words
+    return tgt.mean_pieces(src.sum_pieces(weights)), src, tgt
+
+
+def merge_attention(
+    weights, src_pieces: list[str], tgt_pieces: list[str]
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """`merged_words` with both word lists."""
+    merged, src, tgt = merged_words(weights, src_pieces, tgt_pieces)
+    return merged, src.words, tgt.words
 
 
 def word_matrix(weights, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
     """Attention over words, without the `</s>` row and column: (target words, source words)."""
-    src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
-    weights = np.asarray(weights, dtype=float)[: len(tgt_pieces), : len(src_pieces)]
-    merged = tgt.mean_pieces(src.sum_pieces(weights))
+    merged, src, tgt = merged_words(weights, src_pieces, tgt_pieces)
     return merged[np.ix_(tgt.text_indices, src.text_indices)]
 
 

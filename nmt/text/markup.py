@@ -5,10 +5,11 @@ Tags are XML-like pairs (`<b>...</b>`, with attributes), self-closing tags (`<br
 placeholders (`{0}`, `{name}`). `Markup.parse` checks that pairs are balanced and nested, takes
 them out (the model never sees them) and notes which source words each pair holds and which
 word each standalone tag stands before. `Markup.carry` puts them into a translation's text: a
-pair goes around the target words aligned to its words (each target word to the source word it
-attends to most, `nmt.words.word_matrix`), clipped inside its parent pair and kept clear of its
-siblings, so a well-formed source gives a well-formed output whatever the alignment says; a
-standalone tag goes before the target word of the source word it stood before (or at the end).
+pair goes around the target words aligned to its words (by the attention merged over words,
+`nmt.words.merged_words`; the rule is `_Placement.targets`), clipped inside its parent pair
+and kept clear of its siblings, so a well-formed source gives a well-formed output whatever the
+alignment says; a standalone tag goes before the target word of the source word it stood before
+(or at the end).
 The text between the tags is exactly the translation of the plain sentence.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nmt.errors import NMTError
-from nmt.words import WORD, WordMap, word_matrix
+from nmt.words import WORD, merged_words
 
 TAG = re.compile(r"<(/?)([A-Za-z_][\w.:-]*)(\s[^<>]*?)?(/?)>|\{\w*\}")
 
@@ -137,10 +138,11 @@ def _number_words(element: Element, plain: str, starts: dict[int, int]) -> None:
 def _links(attention, src_pieces: list[str], tgt_pieces: list[str], source: str, target: str) -> np.ndarray:
     """(target words of `target`, source words of `source`) attention, the model's words (pieces
     merged, `nmt.words`) matched to the texts' words: they differ where a piece is unknown."""
-    src, tgt = WordMap.of(src_pieces), WordMap.of(tgt_pieces)
+    merged, src, tgt = merged_words(attention, src_pieces, tgt_pieces)
     rows = _matched([tgt.words[i] for i in tgt.text_indices], WORD.findall(target))
     cols = _matched([src.words[i] for i in src.text_indices], WORD.findall(source))
-    padded = np.pad(word_matrix(attention, src_pieces, tgt_pieces), ((0, 1), (0, 1)))  # -1: zeros
+    between_texts = merged[np.ix_(tgt.text_indices, src.text_indices)]  # `</s>` left out
+    padded = np.pad(between_texts, ((0, 1), (0, 1)))  # index -1: zeros
     return padded[np.ix_(rows, cols)]
 
 
