@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from nmt.errors import NMTError
+from nmt.evaluate.alignment import parse_pharaoh
 from nmt.text.markup import Markup
 from nmt.words import WORD, text_words
 
@@ -52,13 +53,9 @@ def eflomal_links(pairs: list[tuple[str, str]]) -> list[Links]:
             src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True
         )
         return [
-            read(f) & read(r)
+            parse_pharaoh(f, "eflomal forward")[0] & parse_pharaoh(r, "eflomal reverse")[0]
             for f, r in zip(fwd.read_text().splitlines(), rev.read_text().splitlines(), strict=True)
         ]
-
-
-def read(line: str) -> Links:
-    return {tuple(map(int, link.split("-"))) for link in line.split()}
 
 
 def phrase_target(links: Links, first: int, last: int) -> tuple[int, int] | None:
@@ -190,17 +187,18 @@ def main() -> None:
                 cases.append(case)
                 rows.append(row)
         tagged = [c[0] for c in cases]
+        markups = [Markup.parse(t, "") for t in tagged]
         if name == "forced":
-            forced = translator.score([Markup.parse(t, "").plain for t in tagged], [refs[r] for r in rows])
+            forced = translator.score([m.plain for m in markups], [refs[r] for r in rows])
             outputs = [
-                Markup.parse(t, "").carry(refs[r], f.attention, f.src_pieces, f.tgt_pieces)
-                for t, r, f in zip(tagged, rows, forced, strict=True)
+                m.carry(refs[r], f.attention, f.src_pieces, f.tgt_pieces)
+                for m, r, f in zip(markups, rows, forced, strict=True)
             ]
         else:
             start = time.perf_counter()
             outputs = [t.text for t in translator.translate(tagged, markup=True)]
             results["free seconds"] = round(time.perf_counter() - start, 2)
-            untagged = translator.translate([Markup.parse(t, "").plain for t in tagged], attention=False)
+            untagged = translator.translate([m.plain for m in markups], attention=False)
             results["free: plain text between the tags"] = sum(
                 Markup.parse(o, "").plain == u.text for o, u in zip(outputs, untagged, strict=True)
             )

@@ -147,6 +147,7 @@ def test_a_decoding_step_waits_for_the_gpu_once(translating_model, toy_dir, beam
     import warnings
 
     from nmt import Translator
+    from tests.decode.test_host_traffic import Counted
 
     lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()
     on_cpu = Translator.load(translating_model.last, device="cpu").translate(
@@ -154,15 +155,7 @@ def test_a_decoding_step_waits_for_the_gpu_once(translating_model, toy_dir, beam
     )
     gpu = Translator.load(translating_model.last, device="cuda")
     gpu.translate(lines[:3], beam=beam, attention=False)  # cuBLAS and the allocators set up
-    counts = {"step": 0, "encode": 0}
-    for name in counts:
-        method = getattr(gpu.model, name)
-
-        def counted(*args, _method=method, _name=name):
-            counts[_name] += 1
-            return _method(*args)
-
-        setattr(gpu.model, name, counted)
+    gpu.model = counted = Counted(gpu.model)
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -174,8 +167,8 @@ def test_a_decoding_step_waits_for_the_gpu_once(translating_model, toy_dir, beam
     # The same maths on another device's kernels: a near tie may rarely go the other way.
     same = sum(g.text == c.text for g, c in zip(on_gpu, on_cpu, strict=True))
     assert same >= 0.95 * len(lines), (same, len(lines))
-    assert counts["step"] > 2 * counts["encode"]
-    assert len(syncs) <= counts["step"] + 2 * counts["encode"], [str(w.message) for w in syncs[:5]]
+    assert counted.steps > 2 * counted.encodes
+    assert len(syncs) <= counted.steps + 2 * counted.encodes, [str(w.message) for w in syncs[:5]]
 
 
 def validation_scores(run, device: str) -> dict:
