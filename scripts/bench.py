@@ -20,6 +20,7 @@ the epoch's peak. Decoding cases translate the test split with a checkpoint of t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
@@ -101,7 +102,9 @@ def data_dir() -> tuple[Path, bool]:
     return toy, True
 
 
-def run_case(name: str, steps: int, warmup: int) -> dict:
+def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext) -> dict:
+    """Trains `steps` timed steps after `warmup` untimed ones; `measure()` is entered around the
+    timed ones (scripts/counts.py counts their work there)."""
     start = time.perf_counter()
     import torch
 
@@ -127,9 +130,9 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     objective, generator = TokenLoss(model, cfg.train), torch.Generator()  # the trainer's loss
     tokens, sentences, first_step = 0, 0, None
-    for i, indices in enumerate(batches):
-        if i == warmup:
-            t0, tokens, sentences = time.perf_counter(), 0, 0
+
+    def train_step(i: int, indices) -> None:
+        nonlocal tokens, sentences, first_step
         batch = collate(examples, indices)
         sums = batch_loss(objective, batch, i, generator)
         (sums.objective / sums.tokens).backward()
@@ -139,11 +142,19 @@ def run_case(name: str, steps: int, warmup: int) -> dict:
         tokens, sentences = tokens + sums.tokens, sentences + len(indices)
         if first_step is None:
             first_step = time.perf_counter() - start
+
+    for i, indices in enumerate(batches[:warmup]):
+        train_step(i, indices)
+    t0, tokens, sentences = time.perf_counter(), 0, 0
+    with measure():
+        for i, indices in enumerate(batches[warmup:], warmup):
+            train_step(i, indices)
     seconds = time.perf_counter() - t0
     return {
         "case": name,
         "value": round(tokens / seconds, 1),
         "unit": "tgt_tokens/s",
+        "tgt_tokens": tokens,
         "sentences_per_s": round(sentences / seconds, 1),  # the unit every toolkit counts alike
         "peak_rss_mib": peak_rss_mib(),
         "parameters": count_parameters(model),

@@ -268,22 +268,27 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     }
 
 
-def translate(
+def translate_command(
     peer: str,
     python: str,
     work: Path,
     model: Path,
     beam: int,
-    threads: int,
     src: str = "test",
     quantize: str = "none",
-) -> dict:
-    """Whole-process (and, for OpenNMT-py, decoding-loop) sentences/s at batch 64 on `src`
-    (test: test_2016; big: the 10,000-line file), peak memory, output length and test BLEU.
-    Both toolkits cap outputs at 1.25 x source length + 5 (OpenNMT-py's default; nmt's source
-    length counts EOS, so + 4 there) and rank by raw log-probability (OpenNMT-py's default)."""
+    search: str = "same",
+) -> tuple[list[str], Path]:
+    """The command that translates `src` (test: test_2016; big: the 10,000-line file) at batch 64,
+    and the file it writes. search "same": both toolkits cap outputs at 1.25 x source length + 5
+    (OpenNMT-py's default; nmt's source length counts EOS, so + 4 there) and rank by raw
+    log-probability (OpenNMT-py's default); "default": nmt's own search (its recipe's ranking,
+    cap and stop), OpenNMT-py's unchanged."""
     name = "test_2016_flickr" if src == "test" else BIG
-    tag = f"{src}.beam{beam}.t{threads}" + ("" if quantize == "none" else f".{quantize}")
+    tag = (
+        f"{src}.beam{beam}"
+        + ("" if quantize == "none" else f".{quantize}")
+        + ("" if search == "same" else ".default")
+    )
     if peer == "onmt":
         out = model.with_suffix(f".{tag}.pieces")
         cmd = [
@@ -294,11 +299,12 @@ def translate(
         ]  # fmt: skip
     elif peer == "nmt":
         out = model.with_suffix(f".{tag}.txt")
+        same = ["--alpha", "0", "--length-penalty", "none", "--max-len", "250", "--max-len-ratio", "1.25",
+                "--max-len-add", "4"]  # fmt: skip
         cmd = [
             str(Path(sys.executable).parent / "nmt"), "translate", "-m", str(model),
             "-i", str(work / "raw" / f"{name}.de"), "-o", str(out), "--beam", str(beam),
-            "--batch-size", "64", "--alpha", "0", "--length-penalty", "none", "--max-len", "250",
-            "--max-len-ratio", "1.25", "--max-len-add", "4", "--device", "cpu", "--quiet",
+            "--batch-size", "64", *(same if search == "same" else []), "--device", "cpu", "--quiet",
             "--quantize", quantize,
         ]  # fmt: skip
     else:
@@ -309,6 +315,24 @@ def translate(
         raw = yaml.safe_load((model.parent / "config.yaml").read_text())
         cfg.write_text(yaml.safe_dump(raw | {"testing": testing}))
         cmd = [python, "-m", "joeynmt", "translate", str(cfg), "-o", str(out)]
+    return cmd, out
+
+
+def translate(
+    peer: str,
+    python: str,
+    work: Path,
+    model: Path,
+    beam: int,
+    threads: int,
+    src: str = "test",
+    quantize: str = "none",
+    search: str = "same",
+) -> dict:
+    """Whole-process (and, for OpenNMT-py, decoding-loop) sentences/s at batch 64 on `src`, peak
+    memory, output length and test BLEU (`translate_command` says which search)."""
+    name = "test_2016_flickr" if src == "test" else BIG
+    cmd, out = translate_command(peer, python, work, model, beam, src, quantize, search)
     start = time.perf_counter()
     with (work / "sp" / f"{name}.de").open("rb") as stdin:
         proc = subprocess.run(
@@ -434,6 +458,10 @@ def main() -> None:
     ap.add_argument(
         "--src", choices=["test", "big"], default="test", help="translate: test_2016 or the 10k file"
     )
+    ap.add_argument(
+        "--search", choices=["same", "default"], default="same",
+        help="translate: the same search for every toolkit, or each one's defaults",
+    )  # fmt: skip
     ap.add_argument("--curves", type=Path, nargs="*", help="plot: `score` results (JSON files)")
     ap.add_argument("--labels", nargs="*", help="plot: one legend label per curve")
     ap.add_argument("--out", type=Path, help="plot: the PNG to write")
@@ -447,8 +475,9 @@ def main() -> None:
         result = train(args.peer, args.python, work, args)
     elif args.command == "translate":
         result = translate(
-            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.quantize
-        )
+            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.quantize,
+            args.search,
+        )  # fmt: skip
     elif args.peer == "nmt":
         result = score_nmt(args.model, args.beam)  # --model: the nmt run directory
     else:

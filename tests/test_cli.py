@@ -1,6 +1,7 @@
 """The command line: help, version, and one clean line with exit code 2 for every user error."""
 
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -197,3 +198,13 @@ def test_env_prints_versions_devices_and_threads():
     assert result.exit_code == 0
     for fragment in ("nmt ", "torch ", "CUDA available: ", "MPS available: ", "threads: "):
         assert fragment in result.stdout
+
+
+def test_env_bench_names_the_cpu_and_times_the_yardstick_on_each_backend():
+    result = runner.invoke(app, ["env", "--bench"])
+    assert result.exit_code == 0
+    assert "CPU: " in result.stdout and "64 x 512 @ 512 x 8000" in result.stdout
+    timings = re.findall(
+        r"^  (MKL|oneDNN|oneDNN prepacked) +([\d.]+) ms +([\d.]+) GFLOP/s$", result.stdout, re.M
+    )
+    assert [name for name, *_ in timings][:1] == ["MKL"] and all(float(ms) > 0 for _, ms, _ in timings)

@@ -50,8 +50,17 @@ def configs(
 
 
 @app.command()
-def env() -> None:
-    """Versions, devices and threads, to paste into a bug report (nmt env)."""
+def env(
+    bench: Annotated[
+        bool, typer.Option("--bench", help="also time the yardstick product (docs/performance.md)")
+    ] = False,
+) -> None:
+    """Versions, devices and threads, to paste into a bug report (nmt env); with --bench, the CPU
+    and its speed at the product every CPU figure in the docs is named by."""
     from nmt.device import environment_report
 
     typer.echo(environment_report())
+    if bench:
+        from nmt.machine import yardstick_report
+
+        typer.echo(yardstick_report())

@@ -28,8 +28,8 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_li
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
 
-# id(weight) -> (a weak reference to it, its version, the weight prepacked for oneDNN)
-_packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}
+# (id(weight), transposed) -> (a weak reference to it, its version, the weight prepacked for oneDNN)
+_packed: dict[tuple[int, bool], tuple[weakref.ref, int, Tensor]] = {}
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -37,13 +37,17 @@ def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def _prepacked(weight: Tensor) -> Tensor:
-    """The weight in oneDNN's blocked layout, made again whenever the weight changes."""
-    key = id(weight)
+def _prepacked(weight: Tensor, transposed: bool = False) -> Tensor:
+    """The weight (or its transpose, for the input gradient's product) in oneDNN's blocked
+    layout, made again whenever the weight changes: once a training step (the optimiser bumps
+    its version), once a decode. Without it, oneDNN re-lays a plain weight out on every call,
+    which in training is every product of every target position (440 MB a bench step)."""
+    key = (id(weight), transposed)
     entry = _packed.get(key)
     if entry is None or entry[0]() is not weight or entry[1] != weight._version:
         ref = weakref.ref(weight, lambda _, key=key: _packed.pop(key, None))
-        entry = (ref, weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+        plain = weight.detach().t() if transposed else weight.detach()
+        entry = (ref, weight._version, torch.ops.mkldnn._reorder_linear_weight(plain))
         _packed[key] = entry
     return entry[2]
 
@@ -55,20 +59,23 @@ def drop_prepacked() -> None:
 
 
 class OneDNNLinear(torch.autograd.Function):
-    """F.linear with all three products (output, input gradient, weight gradient) on oneDNN."""
+    """F.linear with all three products (output, input gradient, weight gradient) on oneDNN; a
+    parameter's two layouts are prepacked once a step, not at each of its calls."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return _onednn(x, weight, bias)
+        ctx.parameter = isinstance(weight, nn.Parameter)
+        return _onednn(x, _prepacked(weight) if ctx.parameter else weight, bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
         grad = grad.contiguous()
         rows = grad.reshape(-1, grad.size(-1))
-        grad_x = _onednn(grad, weight.t(), None) if ctx.needs_input_grad[0] else None
+        weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
+        grad_x = _onednn(grad, weight_t, None) if ctx.needs_input_grad[0] else None
         grad_w = _onednn(rows.t(), x.reshape(-1, x.size(-1)).t(), None) if ctx.needs_input_grad[1] else None
         grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
@@ -99,6 +106,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool 
     if not prepack:
         return _onednn(x, weight, bias)
     return _padded_rows(x, _prepacked(weight), bias)
+
+
+def parameter_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, transposed: bool = False
+) -> Tensor:
+    """x @ weight^T + bias (x @ weight when `transposed`) without gradients, of a parameter fixed
+    for a while (training's output layer: every chunk of a step), through oneDNN with the weight
+    prepacked once for as long as it does not change; F.linear where oneDNN does not apply."""
+    if not onednn_applies(x, weight):
+        return F.linear(x, weight.t() if transposed else weight, bias)
+    return _onednn(x.contiguous(), _prepacked(weight, transposed), bias)
 
 
 def decoding_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.model.linear import linear
+from nmt.model.linear import linear, onednn_applies, parameter_linear
 
 
 class OutputLayer(nn.Linear):
@@ -66,14 +66,15 @@ class LinearCrossEntropy(torch.autograd.Function):
         need_x, need_w, need_b = (gradients and need for need in ctx.needs_input_grad[:3])
         need_b = need_b and bias is not None
         vocab, wide = weight.size(0), torch.promote_types(weight.dtype, torch.float32)
-        weight_t = weight.to(wide).t() if need_x else None  # one copy for every chunk (AMP)
+        # one copy for every chunk (AMP); on oneDNN, the prepacked transpose of the parameter
+        weight_t = weight.to(wide).t() if need_x and not onednn_applies(x, weight) else None
         any_gradient = need_x or need_w or need_b
         grad_xs, grad_w, grad_b = [], None, None
         objective_sum = nll_sum = x.new_zeros((), dtype=wide)
         rows = max(1, CHUNK_LOGITS // vocab)
         for start in range(0, len(target), rows):
             xs, ys = x[start : start + rows], target[start : start + rows]
-            logits = linear(xs, weight, bias, prepack=False)  # a new weight every training step
+            logits = parameter_linear(xs, weight, bias)
             logits = logits.to(wide)  # fp32 softmax under AMP
             picked = logits.gather(1, ys[:, None]).squeeze(1)
             mean = logits.mean(-1) if smoothing else None
@@ -96,7 +97,11 @@ class LinearCrossEntropy(torch.autograd.Function):
             if counted is not None:
                 grad.mul_(counted)
             if need_x:
-                grad_xs.append(linear(grad, weight_t, prepack=False))
+                grad_xs.append(
+                    parameter_linear(grad, weight, transposed=True)
+                    if weight_t is None
+                    else linear(grad, weight_t, prepack=False)
+                )
             if need_w:
                 part = linear(grad.t(), xs.to(wide).t(), prepack=False).to(wide)  # summed in fp32 under AMP
                 grad_w = part if grad_w is None else grad_w.add_(part)

@@ -3,6 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.model.linear import ONEDNN, Linear, linear
 
@@ -77,3 +79,52 @@ def test_a_once_per_batch_layer_computes_the_same_with_and_without_gradients():
     trained = layer(x)
     assert trained.requires_grad
     torch.testing.assert_close(decoded, trained.detach(), rtol=1e-5, atol=1e-5)
+
+
+class Relayouts(TorchDispatchMode):
+    """Counts the weights oneDNN lays out anew: prepacked, or taken plain by a product (which
+    re-lays them out inside, on every call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prepacked = self.plain = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.mkldnn._reorder_linear_weight.default:
+            self.prepacked += 1
+        elif func is torch.ops.mkldnn._linear_pointwise.default and not args[1].is_mkldnn:
+            self.plain += any(isinstance(w, nn.Parameter) for w in (args[1], args[1]._base))
+        return func(*args, **(kwargs or {}))
+
+
+def test_training_prepacks_a_parameter_once_a_step_not_at_every_call():
+    """A decoder cell calls its weights at every target position, forward and backward: 20
+    positions here. Each weight is laid out twice a step (it and its transpose), then again only
+    after the optimiser changes it; the values are the plain weight's, bit for bit."""
+    torch.manual_seed(0)
+    layer = Linear(16, 32)
+    optimiser = torch.optim.Adam(layer.parameters())
+    xs = [torch.randn(4, 16, requires_grad=True) for _ in range(20)]
+    for step in range(2):
+        with Relayouts() as counted:
+            outputs = [layer(x) for x in xs]
+            torch.stack(outputs).square().sum().backward()
+        assert (counted.prepacked, counted.plain) == (2, 0), step
+        plain = torch.ops.mkldnn._linear_pointwise(
+            xs[0].detach(), layer.weight.detach(), layer.bias.detach(), "none", [], ""
+        )
+        assert torch.equal(outputs[0].detach(), plain)
+        optimiser.step()
+        optimiser.zero_grad()
+
+
+def test_the_output_layers_loss_prepacks_its_weight_once_a_step():
+    from nmt.model.output import OutputLayer
+
+    torch.manual_seed(0)
+    layer = OutputLayer(16, 50, dropout=0.0)
+    x, target = torch.randn(30, 16, requires_grad=True), torch.randint(0, 50, (30,))
+    with Relayouts() as counted:
+        objective, _ = layer.loss(x, target)
+        objective.backward()
+    assert counted.prepacked == 2  # the weight and its transpose, for every chunk of the step

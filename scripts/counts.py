@@ -1,0 +1,126 @@
+"""The work each toolkit does, counted (scripts/opcount.py): the same figures on every machine.
+
+    python scripts/counts.py train nmt --steps 20
+    python scripts/counts.py train onmt --python ../peers/onmt/bin/python --steps 20
+    python scripts/counts.py decode nmt --model CKPT --beam 5 [--src big] [--search default]
+    python scripts/counts.py decode onmt --python ... --model CKPT --beam 5
+
+Training: FLOPs, bytes touched and ops per trained target token, and bytes re-laid out per step,
+on the bench shape (scripts/bench.py's batches for nmt; OpenNMT-py's own batches of the same
+pieces, scripts/peers.py's config, its target tokens read from its log). Decoding: per translated
+sentence, decoder row-steps (rows through the decoder's recurrent product), output-layer rows,
+FLOPs and ops, with the same search for both toolkits (scripts/peers.py's) or each one's
+defaults. Each command prints one JSON object; docs/performance.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from peers import ONMT, peer_env, translate_command  # noqa: E402
+
+HIDDEN, VOCAB = 512, 4000  # the bench decoder's size; no product but the output layer is this wide
+ONMT_TOKENS = re.compile(r"Step\s+(\d+)/.*?bsz:\s*\d+/\s*(\d+)/")  # report_every 1: one step's target tokens
+
+
+def per(counts: dict, total: float, what: str) -> dict:
+    return {
+        f"flops_per_{what}": round(counts["flops"] / total),
+        f"touched_bytes_per_{what}": round(counts["touched_bytes"] / total),
+        f"ops_per_{what}": round(counts["ops"] / total, 2),
+    }
+
+
+def train_nmt(steps: int) -> dict:
+    from bench import run_case
+    from opcount import Counts
+
+    counts = Counts(HIDDEN, VOCAB)
+    result = run_case("train-luong-general-if", steps, warmup=2, measure=lambda: counts)
+    report, tokens = counts.report(), result["tgt_tokens"]
+    return {"toolkit": "nmt", "steps": steps, "tgt_tokens": tokens, **per(report, tokens, "tgt_token"),
+            "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
+            "flops_by_op": report["flops_by_op"]}  # fmt: skip
+
+
+def train_onmt(python: str, work: Path, steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run, out = Path(tmp), Path(tmp) / "counts.json"
+        fields = dict(work=work, run=run, steps=steps, seed=1, report_every=1, save_every=10**7, workers=0,
+                      onmt_attention="general")  # fmt: skip
+        (run / "config.yaml").write_text(ONMT.format(**fields), encoding="utf-8")
+        cmd = [python, str(ROOT / "scripts" / "opcount.py"), "--out", str(out), "--hidden", str(HIDDEN),
+               "--vocab", str(VOCAB), "onmt.bin.train:main", "-config", str(run / "config.yaml")]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(1), check=False)
+        log = proc.stdout + proc.stderr
+        if proc.returncode or not out.is_file():
+            raise SystemExit(f"counts: OpenNMT-py failed:\n{log[-2000:]}")
+        report = json.loads(out.read_text(encoding="utf-8"))
+    tokens = sum(int(m.group(2)) for m in ONMT_TOKENS.finditer(log))
+    return {"toolkit": "OpenNMT-py", "steps": steps, "tgt_tokens": tokens, **per(report, tokens, "tgt_token"),
+            "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
+            "flops_by_op": report["flops_by_op"]}  # fmt: skip
+
+
+ENTRIES = {"nmt": "nmt.cli:app", "onmt": "onmt.bin.translate:main"}
+
+
+def decode(toolkit: str, python: str, work: Path, model: Path, beam: int, src: str, search: str) -> dict:
+    cmd, out = translate_command(toolkit, python, work, model, beam, src, search=search)
+    with tempfile.TemporaryDirectory() as tmp:
+        counted = Path(tmp) / "counts.json"
+        wrapped = [python, str(ROOT / "scripts" / "opcount.py"), "--out", str(counted),
+                   "--hidden", str(HIDDEN), "--vocab", str(VOCAB), ENTRIES[toolkit], *cmd[1:]]  # fmt: skip
+        env = peer_env(1) | {"NMT_ALLOCATOR": "system"}
+        proc = subprocess.run(wrapped, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode or not counted.is_file():
+            raise SystemExit(f"counts: {toolkit} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        report = json.loads(counted.read_text(encoding="utf-8"))
+    lines = out.read_text(encoding="utf-8").splitlines()
+    return {
+        "toolkit": toolkit, "beam": beam, "src": src, "search": search, "sentences": len(lines),
+        "output_pieces_per_line": round(sum(len(line.split()) for line in lines) / len(lines), 2)
+        if toolkit == "onmt" else None,
+        "decoder_row_steps_per_sentence": round(report["decoder_rows"] / len(lines), 1),
+        "output_rows_per_sentence": round(report["output_rows"] / len(lines), 1),
+        **per(report, len(lines), "sentence"),
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["train", "decode"])
+    ap.add_argument("toolkit", choices=["nmt", "onmt"])
+    ap.add_argument("--python", default=sys.executable, help="onmt: the peer virtualenv's python")
+    ap.add_argument(
+        "--work", type=Path, default=ROOT.parent / "peers" / "work", help="scripts/peers.py prepare's"
+    )
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--src", choices=["test", "big"], default="test")
+    ap.add_argument("--search", choices=["same", "default"], default="same")
+    args = ap.parse_args()
+    work = args.work.resolve()
+    if args.command == "decode":
+        result = decode(
+            args.toolkit, args.python, work, args.model.resolve(), args.beam, args.src, args.search
+        )
+    elif args.toolkit == "nmt":
+        result = train_nmt(args.steps)
+    else:
+        result = train_onmt(args.python, work, args.steps)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
