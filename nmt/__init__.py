@@ -15,12 +15,14 @@ Names load lazily (module `__getattr__`), so `import nmt` and `nmt --help` never
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
-from nmt.version import VERSION as __version__  # noqa: N811 (the conventional name)
-
+# `import nmt` runs before `nmt` can handle Ctrl-C (nmt/__main__.py), so it imports next to
+# nothing: not typing (type checkers read any TYPE_CHECKING as true), nor the version, whose
+# metadata lookup took 50 ms
+TYPE_CHECKING = False
 # public name -> the module that defines it ("" : the name is a callable subpackage)
 _EXPORTS = {
+    "__version__": "nmt.version",
     "Translator": "nmt.decode.translator",
     "Translation": "nmt.decode.translator",
     "WordAttention": "nmt.decode.translator",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from nmt import evaluate, train
     from nmt.decode.translator import ModelInfo, Translation, Translator, WordAttention
     from nmt.errors import NMTError
+    from nmt.version import __version__
 
 
 def __getattr__(name: str) -> object:

@@ -1,17 +1,41 @@
-"""`nmt` and `python -m nmt`: tcmalloc first (nmt/allocator.py), then the command line."""
+"""`nmt` and `python -m nmt`: tcmalloc first (nmt/allocator.py), then the command line.
+
+Ctrl-C during start-up (the restart, the command line's imports: half a second, before Typer
+turns an interrupt inside a command into a quiet exit 130) ends with exit 130 too, and one line,
+`interrupted`, instead of a traceback; nothing has been written yet. Only what runs before
+`main` is beyond reach: the interpreter's own start-up and `import nmt`, kept light for this."""
 
 import contextlib
+import signal
 import sys
-
-from nmt.allocator import restart_with_tcmalloc
 
 
 def main() -> None:
-    restart_with_tcmalloc()  # before the command line's imports, which a restart would repeat
-    with _start_up_guard():
-        from nmt.cli import app
+    try:
+        from nmt.allocator import restart_with_tcmalloc  # ctypes: 20 ms, here where Ctrl-C is handled
 
-        app()
+        restart_with_tcmalloc()  # before the command line's imports, which a restart would repeat
+        with _start_up_guard():
+            from nmt.cli import app
+
+            app()
+    except KeyboardInterrupt as stop:  # start-up's: Typer ends a command's, nmt train its own
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
+        print(_stopped(stop), file=sys.stderr)
+        sys.exit(128 + getattr(stop, "signum", signal.SIGINT))  # nmt train's StopNow may be a SIGTERM
+
+
+def _stopped(stop: KeyboardInterrupt) -> str:
+    """The line a stop during start-up ends with: `interrupted`, or nmt train's own line (as once
+    its command runs), which names the run of --resume, read here from the raw arguments."""
+    if sys.argv[1:2] != ["train"]:
+        return "interrupted"
+    from nmt.train.signals import Interrupted
+
+    args = sys.argv[2:]
+    given = [value for arg, value in zip(args, args[1:], strict=False) if arg == "--resume"]
+    given += [arg.removeprefix("--resume=") for arg in args if arg.startswith("--resume=")]
+    return str(Interrupted.starting(stop, given[-1] if given else None))
 
 
 def _start_up_guard() -> contextlib.AbstractContextManager:

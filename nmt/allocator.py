@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import signal
 import sys
 
 SWITCH = "NMT_ALLOCATOR"  # "system": never preload
@@ -49,9 +50,11 @@ def tcmalloc_library() -> str | None:
 def restart_with_tcmalloc() -> None:
     """Replace this process by the same command with tcmalloc preloaded (same pid, arguments,
     standard streams and environment), once; a no-op where there is none to preload."""
+    if sys.platform != "linux":
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one held over a restart lands now
     if (
-        sys.platform != "linux"
-        or os.environ.get(SWITCH) == "system"
+        os.environ.get(SWITCH) == "system"
         or "libtcmalloc" in os.environ.get("LD_PRELOAD", "")
         or os.environ.get(f"{SWITCH}_TRIED")  # the preload did not take: do not loop
     ):
@@ -65,6 +68,9 @@ def restart_with_tcmalloc() -> None:
     env |= {"LD_PRELOAD": preload, f"{SWITCH}_TRIED": "1"}
     sys.stdout.flush()
     sys.stderr.flush()
+    # Ctrl-C is held (the mask survives exec) until the new process can end quietly (nmt/__main__.py):
+    # the interpreter's start-up would print a traceback for it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 

@@ -14,7 +14,6 @@ Weights that are not finite are refused wherever they load from.
 from __future__ import annotations
 
 import functools
-import json
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write, mismatch
 from nmt.hub import is_hub_path, resolve_model_path
+from nmt.jsonvalues import read_json
 from nmt.model.seq2seq import Seq2Seq
 from nmt.rundir import BEST, CHECKPOINTS, LAST
 
@@ -316,11 +316,8 @@ def check_manifest(directory: Path) -> None:
     path = directory / RELEASE_MANIFEST
     if not path.is_file():
         return
-    try:
-        problem = mismatch(directory, json.loads(path.read_text(encoding="utf-8"))["files"])
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        raise NMTError(f"{path}: not a release manifest; make the release again (nmt release)") from None
-    if problem:
+    manifest = read_json(path, {"files": {str: dict}}, fix="make the release again (nmt release)")
+    if problem := mismatch(directory, manifest["files"]):
         raise NMTError(
             f"{problem} in {RELEASE_MANIFEST}: the release changed since nmt release wrote it; "
             "download it or make it again"

@@ -515,6 +515,9 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
     return value
 
 
+# decode.temperature's range, on the command line, in the API and in a server request alike:
+# sharper than its least is greedy search, flatter than its most uniform noise
+TEMPERATURES = (0.001, 100.0)
 RULES = {
     "positive_int": (lambda v: v >= 1, "must be at least 1"),
     "non_negative": (lambda v: v >= 0 and v != float("inf"), "must be a finite number >= 0"),
@@ -524,6 +527,10 @@ RULES = {
     "decay": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "coverage": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "ratio": (lambda v: v >= 1 and v != float("inf"), "must be a finite number >= 1"),
+    "temperature": (
+        lambda v: TEMPERATURES[0] <= v <= TEMPERATURES[1],
+        f"must be in [{TEMPERATURES[0]:g}, {TEMPERATURES[1]:g}]",
+    ),
 }
 # Every numeric setting and the range it must lie in (decode has its own: validate_decode).
 RANGES = {
@@ -651,10 +658,10 @@ def validate_corpora(cfg: Config, fail: Callable[[str, str], None]) -> None:
             fail(f"{key}.tag", f"{corpus.tag!r}: a tag is one word without spaces")
         if corpus.tag in SPECIAL_PIECES:
             fail(f"{key}.tag", f"{corpus.tag!r} is a special piece of every tokenizer; choose another tag")
-        where = (corpus.dir or d.dir, corpus.train)
-        if where in seen:
-            fail(f"{key}.train", f"{where[0]}/{where[1]} is listed twice; give each corpus once, weighted")
-        seen.add(where)
+        named = Path(corpus.dir or d.dir, corpus.train)
+        if named.resolve() in seen:  # d/base, d/base/ and ./d/base are one folder
+            fail(f"{key}.train", f"{named} is listed twice; give each corpus once, weighted")
+        seen.add(named.resolve())
     if d.corpora and d.format != "text":
         fail("data.corpora", "several corpora are read from text files (data.format: text)")
 
@@ -669,7 +676,7 @@ def validate_decode(d: DecodeConfig, source: str, given: Collection[str] = ()) -
         ("positive_int", ("beam", "batch_size", "max_len")),
         ("non_negative", ("alpha", "coverage", "min_len", "no_repeat_ngram", "max_len_ratio", "max_len_add")),
         ("non_negative", ("top_k", "seed")),
-        ("positive", ("temperature",)),
+        ("temperature", ("temperature",)),
         ("decay", ("top_p",)),
     ):
         test, why = RULES[rule]

@@ -230,11 +230,19 @@ def decode_lines(
     return [line.rstrip("\r") for line in lines]
 
 
-def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path | None]) -> None:
-    """Before any work: every output file can be written where it is named, and none is one of
-    the command's inputs (compared as resolved paths and as inodes, so links count too).
+def check_outputs(
+    outputs: dict[str, Path | None],
+    inputs: dict[str, Path | None],
+    folders: dict[str, Path | None] | None = None,
+) -> None:
+    """Before any work: every output file can be written where it is named, none is one of the
+    command's inputs, and no two outputs (files, or `folders` written into) are one path, where
+    the last written would silently replace the other (compared as resolved paths and as inodes,
+    so links count too).
 
-    `outputs` and `inputs` map an option name (`-o`, `--ref`) to its path, or None when unset."""
+    `outputs`, `inputs` and `folders` map an option name (`-o`, `--ref`) to its path, or None
+    when unset."""
+    _check_distinct(outputs | (folders or {}))
     for option, out in outputs.items():
         if out is None or not str(out) or Path(out).is_char_device() or Path(out).is_fifo():
             continue
@@ -251,9 +259,25 @@ def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path | None
                 )
 
 
+def _check_distinct(outputs: dict[str, Path | None]) -> None:
+    """No two of a command's outputs are one path; devices and pipes (/dev/null) may be shared."""
+    named = [(option, Path(out)) for option, out in outputs.items() if out is not None and str(out)]
+    named = [(option, out) for option, out in named if not (out.is_char_device() or out.is_fifo())]
+    for i, (option, out) in enumerate(named):
+        for other, earlier in named[:i]:
+            if _same_file(out, earlier):
+                raise NMTError(
+                    f"{option} {out}: is also this command's {other} output; give each output its own path"
+                )
+
+
 def check_same_length(files: dict[Path | None, list[str] | None]) -> None:
     """Parallel files must have as many lines each; the error names them and their counts."""
-    counts = {path: len(lines) for path, lines in files.items() if lines is not None}
+    check_same_counts({path: len(lines) for path, lines in files.items() if lines is not None})
+
+
+def check_same_counts(counts: dict[Path | None, int]) -> None:
+    """`check_same_length` of files whose lines were counted (`count_lines`), not read."""
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{path} has {n}" for path, n in counts.items())
         raise NMTError(f"the files must have one line per sentence each, but {listed} lines")

@@ -8,7 +8,6 @@ need no torch, so the command line can read a run without loading the trainer.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from nmt.config import Config, config_from_dict, load_config
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write_text, folder_beside, read_lines
+from nmt.jsonvalues import JSONError, parse_json
 
 CONFIG, METRICS, TRAIN_LOG, LOCK = "config.yaml", "metrics.jsonl", "train.log", ".lock"
 CHECKPOINTS, BEST, LAST = "checkpoints", "best.pt", "last.pt"
@@ -216,13 +216,15 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The run's metrics; a last line cut short by a crash during an append is skipped."""
-    lines = [line for line in read_lines(Path(run_dir) / METRICS) if line.strip()]
+    """The run's metrics, each an object with its step (NaN taken: a diverged fp16 run logs it);
+    a last line cut short by a crash during an append is skipped."""
+    path = Path(run_dir) / METRICS
+    lines = [(n, line) for n, line in enumerate(read_lines(path), 1) if line.strip()]
     entries = []
-    for i, line in enumerate(lines):
+    for i, (n, line) in enumerate(lines):
         try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
+            entries.append(parse_json(line, f"{path}:{n}", {"step": int}, nan=True))
+        except JSONError:
             if i < len(lines) - 1:
-                raise NMTError(f"{Path(run_dir) / METRICS}: line {i + 1} is not JSON") from None
+                raise
     return entries

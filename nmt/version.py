@@ -7,3 +7,4 @@ try:
     VERSION = version("nmt")
 except PackageNotFoundError:  # a source tree put on sys.path by hand, not installed
     VERSION = "0+unknown"
+__version__ = VERSION  # `nmt.__version__`, loaded lazily

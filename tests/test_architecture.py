@@ -16,7 +16,8 @@ PACKAGE = Path(nmt.__file__).parent
 # lower layer or from its own unit, never sideways within a layer nor up.
 CORE = [
     ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words", "nmt.allocator", "nmt.version", "nmt.assets"],
-    ["nmt.fileio", "nmt.config", "nmt.device", "nmt.hub"],
+    ["nmt.fileio", "nmt.config", "nmt.device", "nmt.machine", "nmt.hub"],
+    ["nmt.jsonvalues"],
     ["nmt.plots", "nmt.rundir"],
     ["nmt.data", "nmt.evaluate"],
     ["nmt.model"],

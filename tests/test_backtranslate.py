@@ -3,12 +3,14 @@ sources, beside a parallel corpus's splits, with a manifest; reproducible with a
 that trains with the tag as one piece; bad input refused in one line with nothing written."""
 
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
 
 from nmt.checkpoint import read_checkpoint
 from nmt.cli import app
+from nmt.config import SPECIAL_PIECES
 from nmt.data.tokenizer import TokenizerPair
 from nmt.fileio import read_lines
 from tests.conftest import one_line_error
@@ -84,6 +86,8 @@ def test_the_synthetic_corpus_trains_with_the_tag_as_one_piece(reverse, mono, to
         ),
         ("2001-01-01 <BT>\n", [], "mono.iso: line 1 holds the tag '<BT>'; choose another --tag"),
         ("2001-01-01\n", ["--tag", "<B T>"], "--tag: '<B T>' must be one word without spaces"),
+        ("2001-01-01\n", ["--tag", "<BT>\t"], "--tag: '<BT>\\t' must be one word without spaces"),
+        *[("2001-01-01\n", ["--tag", t], f"--tag: {t!r} is a special piece") for t in SPECIAL_PIECES],
         ("", [], "mono.iso: no lines to back-translate"),
         ("2001-01-01\n", ["--sample", "--top-p", "0"], "decode.top_p: must be in (0, 1]"),
     ],
@@ -109,3 +113,44 @@ def test_untagged_back_translation_without_a_parallel_corpus(reverse, mono, tmp_
     backtranslate("-m", reverse, "--mono", mono, "--tag", "", "-o", out)
     assert sorted(p.name for p in out.iterdir()) == ["backtranslation.json", "train.human", "train.iso"]
     assert not any(s.startswith("<BT>") for s in read_lines(out / "train.human"))
+
+
+@pytest.mark.parametrize("split", ["../victim", "", ".hidden", "a/b", "/tmp/victim", "train\n"])
+def test_a_split_that_is_not_a_plain_name_is_refused_before_anything_is_written(
+    reverse, mono, toy_dir, tmp_path, split
+):
+    """`--split ../victim` appended the synthetic pairs to victim.* beside the output folder, and
+    `--split ''` wrote hidden files: a split names files inside the folder, nothing else."""
+    victims = {tmp_path / f"victim.{lang}": f"{lang} of the user's own\n" for lang in ("human", "iso")}
+    for path, text in victims.items():
+        path.write_text(text, encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = backtranslate(
+        "-m", reverse, "--mono", mono, "--parallel", toy_dir, "--split", split, "-o", tmp_path / "bt", code=2
+    )
+    one_line_error(result, f"--split: {split!r} is not a plain name")
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert all(path.read_text(encoding="utf-8") == text for path, text in victims.items())
+
+
+def test_a_plain_split_name_with_dots_and_dashes_is_taken(reverse, mono, tmp_path):
+    out = tmp_path / "bt"
+    backtranslate("-m", reverse, "--mono", mono, "--split", "bt-2.v1", "-o", out)
+    assert sorted(p.name for p in out.iterdir()) == ["backtranslation.json", "bt-2.v1.human", "bt-2.v1.iso"]
+
+
+@pytest.mark.parametrize("side", ["human", "iso"])
+@pytest.mark.parametrize("split", ["train", "valid"])
+def test_a_misaligned_parallel_corpus_is_refused_naming_both_files(
+    reverse, mono, toy_dir, tmp_path, split, side
+):
+    parallel = tmp_path / "parallel"
+    shutil.copytree(toy_dir, parallel)
+    lines = read_lines(parallel / f"{split}.{side}")
+    (parallel / f"{split}.{side}").write_text("".join(f"{line}\n" for line in lines[:-7]), encoding="utf-8")
+    out = tmp_path / "bt"
+    result = backtranslate("-m", reverse, "--mono", mono, "--parallel", parallel, "-o", out, code=2)
+    counts = {"human": len(lines), "iso": len(lines)} | {side: len(lines) - 7}
+    one_line_error(result, *(f"{parallel / f'{split}.{lang}'} has {n}" for lang, n in counts.items()))
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mono.iso", "parallel"]

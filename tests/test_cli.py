@@ -2,8 +2,10 @@
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
@@ -45,6 +47,44 @@ def test_help_does_not_import_heavy_packages():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and VERSION in result.stdout
+
+
+def test_import_nmt_leaves_the_version_lookup_for_when_it_is_asked():
+    """`import nmt` comes before nmt can handle Ctrl-C, so it stays cheap (the metadata lookup
+    of the version took 50 ms of it)."""
+    code = "import sys, nmt; print('nmt.version' in sys.modules, nmt.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", VERSION]
+
+
+def imported(name: str, line: str) -> bool:
+    """Whether `line` of `python -X importtime` says module `name` was imported."""
+    return line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == name
+
+
+@pytest.mark.parametrize(
+    ("after", "delay"),
+    [("nmt.allocator", 0.01), ("typer", 0.0), ("typer", 0.05), ("typer", 0.1), ("nmt.cli", 0.0)],
+)
+def test_ctrl_c_during_start_up_ends_in_one_line_without_a_traceback(tmp_path, after, delay):
+    """Ctrl-C in the first half second (the command line's imports) printed a traceback 9 times
+    in 13. It ends in one line, `interrupted`, and exit 130 (or quietly, as Typer ends a command
+    it reached). Each signal is sent `delay` seconds after the child imported `after`, so the
+    moments do not drift with the machine's load. -2: Python ends by SIGINT itself when the
+    interrupt came through code it compiled at run time (a dataclass's methods); a shell reports
+    130 for both."""
+    command = [sys.executable, "-X", "importtime", "-m", "nmt", "translate", "-m", "missing", "-i", "in.txt"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read = []
+    while not read or not imported(after, read[-1]):
+        read.append(proc.stderr.readline())
+        assert read[-1], f"{after} was never imported:\n{''.join(read)}"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    said = [line for line in "".join(read + [err]).splitlines() if not line.startswith("import time:")]
+    assert "Traceback" not in err and said in ([], ["interrupted"]), err
+    assert proc.returncode in (130, -signal.SIGINT)
 
 
 def test_configs_lists_the_builtins():

@@ -3,6 +3,7 @@ weight, every pair once before any twice; tags are one piece before each source;
 logged; a resumed run draws the same; bad weights and tags are refused in one line."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,4 +115,19 @@ def test_a_resumed_run_draws_what_an_uninterrupted_one_does(toy_dir, tmp_path):
 def test_bad_corpora_are_refused_in_one_line(toy_dir, tmp_path, corpora, message):
     run = tmp_path / "run"
     one_line_error(train(toy_dir, run, f"data.corpora={corpora}", code=2), message)
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("spelling", ["{toy}/", "./{toy}", "{toy}/../{name}", "{toy}//."])
+def test_one_corpus_listed_twice_in_two_spellings_is_refused(toy_dir, tmp_path, monkeypatch, spelling):
+    """`d/base` and `d/base/` are one folder: its corpus was taken twice (drawn at twice its weight)."""
+    monkeypatch.chdir(toy_dir.parent)  # relative spellings too
+    toy = toy_dir.name
+    second = spelling.format(toy=toy, name=toy)
+    corpora = json.dumps([{"train": "valid", "dir": toy}, {"train": "valid", "dir": second}])
+    run = tmp_path / "run"
+    one_line_error(
+        train(toy_dir, run, f"data.corpora={corpora}", code=2),
+        f"data.corpora[1].train: {Path(second, 'valid')} is listed twice; give each corpus once, weighted",
+    )
     assert not run.exists()

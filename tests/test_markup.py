@@ -3,6 +3,7 @@ into the output by the attention's alignment; well-formed in, well-formed out, w
 alignment; the words between the tags are exactly the plain translation."""
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from nmt.cli import app
 from nmt.errors import NMTError
 from nmt.text.markup import TAG, Markup
+from nmt.words import WORD
 
 SRC = ["\u2581a", "\u2581b", "\u2581c", "\u2581d", "</s>"]
 TGT = ["\u2581w", "\u2581x", "\u2581y", "\u2581z", "</s>"]
@@ -81,6 +83,71 @@ def test_parsing_notes_which_words_each_tag_holds():
 def test_unbalanced_markup_is_refused_naming_the_line(line, message):
     with pytest.raises(NMTError, match=re.escape(message)):
         Markup.parse(line, "line 3")
+
+
+def test_tags_nested_thousands_deep_are_carried():
+    deep = 3000
+    line = "<b>" * deep + "a b c d" + "</b>" * deep
+    assert carried(line, [0, 1, 2, 3]) == "<b>" * deep + "w x y z" + "</b>" * deep
+
+
+def test_a_quoted_attribute_value_may_hold_a_closing_bracket():
+    line = """<a title="x>y">a</a> b <c d='1>2'/> c d"""
+    assert carried(line, [0, 1, 2, 3]) == """<a title="x>y">w</a> x <c d='1>2'/> y z"""
+
+
+def work(line: str) -> int:
+    """Lines of nmt.text.markup run, and characters its word pattern reads, to parse `line` and
+    carry its tags into eight target words: a count of the work, which a busy machine does not
+    change."""
+    from nmt.text import markup
+
+    count = 0
+
+    class Reading:
+        """The word pattern, counting the characters it reads."""
+
+        def finditer(self, text):
+            nonlocal count
+            count += len(text)
+            return WORD.finditer(text)
+
+        def findall(self, text):
+            return list(self.finditer(text))
+
+    def lines(frame, event, arg):
+        nonlocal count
+        count += event == "line"
+        return lines
+
+    def calls(frame, event, arg):
+        return lines if frame.f_code.co_filename == markup.__file__ else None
+
+    words = WORD.findall(Markup.parse(line, "line 1").plain)
+    src, tgt = [f"\u2581{w}" for w in words] + ["</s>"], [f"\u2581w{j}" for j in range(8)] + ["</s>"]
+    attention = np.random.default_rng(0).random((len(tgt), len(src)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(markup, "WORD", Reading())
+        sys.settrace(calls)
+        try:
+            Markup.parse(line, "line 1").carry(" ".join(f"w{j}" for j in range(8)), attention, src, tgt)
+        finally:
+            sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda n: " ".join(["<b>x</b>"] * n),  # siblings
+        lambda n: "<b>" * n + "x " * n + "</b>" * n,  # nested, each pair around every word
+        lambda n: " ".join(["x <br/> {0}"] * n),  # standalone tags
+    ],
+    ids=["siblings", "nested", "standalone"],
+)
+def test_the_work_of_carrying_grows_as_the_tags(shape):
+    """Twice the tags, about twice the work (it grew as their square: 26,000 pairs took 574 s)."""
+    assert work(shape(400)) < 2.2 * work(shape(200))
 
 
 def tag_tree(draw, depth: int, names: list[str]) -> str:
@@ -177,3 +244,17 @@ def test_unbalanced_markup_on_the_command_line_is_one_line_and_writes_nothing(tr
         "close tags in the reverse order of their opening"
     )
     assert not out.exists()
+
+
+def test_a_line_of_tags_only_keeps_them_in_the_n_best_output(translating_model, tmp_path):
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("<br/>\n5. März 1990\n<b></b>\n", encoding="utf-8")
+    args = ["translate", "-m", str(translating_model.last), "-i", str(source), "-o", str(out), "-q"]
+    result = CliRunner().invoke(app, [*args, "--markup", "--beam", "3", "--nbest", "3"])
+    assert result.exit_code == 0, result.output
+    rows = [row.split("\t") for row in out.read_text(encoding="utf-8").splitlines()]
+    assert [row for row in rows if row[0] != "2"] == [
+        ["1", "1", "0.0000", "<br/>"],
+        ["3", "1", "0.0000", "<b></b>"],
+    ]
+    assert [row[1] for row in rows if row[0] == "2"] == ["1", "2", "3"]

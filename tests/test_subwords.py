@@ -16,7 +16,7 @@ from nmt.cli import app
 from nmt.config import load_config
 from nmt.data.corpus import EncodedCorpus, Side
 from nmt.data.prepare import prepare
-from nmt.data.subwords import EpochSampler, Sampling, sample_epoch
+from nmt.data.subwords import EpochSampler, Sampling, damage, sample_epoch
 from nmt.data.tokenizer import TokenizerPair
 from nmt.vocab import UNK
 from tests.conftest import one_line_error
@@ -127,6 +127,23 @@ def test_a_sampled_run_with_weighted_corpora_resumes_on_the_pieces_it_was_traini
     assert losses(tmp_path / "cut") == losses(tmp_path / "copy") and len(losses(tmp_path / "cut")) == 8
     train(toy_dir, tmp_path / "plain", *run[1:], "train.max_steps=8")
     assert losses(tmp_path / "plain") != losses(tmp_path / "cut")  # sampling changed what was trained on
+
+
+def test_a_damaged_sample_is_drawn_again_with_a_warning_when_the_run_resumes(toy_dir, tmp_path):
+    """The samples are nmt's own cache: one cut short since (issue 53) is removed and drawn
+    afresh, with one line saying so, instead of ending the resumed run in a traceback."""
+    run = ["tokenizer.sampling_alpha=0.5", f"data.cache_dir={tmp_path / 'cache'}"]
+    train(toy_dir, tmp_path / "run", *run, "train.max_steps=3")
+    sample = tmp_path / "run" / "sampled" / "epoch-0"
+    tokens = sample / "src.tokens"
+    tokens.write_bytes(tokens.read_bytes()[:100])
+    resumed = runner.invoke(app, ["train", "--resume", str(tmp_path / "run"), "--set", "train.max_steps=5"])
+    assert resumed.exit_code == 0, resumed.output
+    (warning,) = [line for line in resumed.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(f"warning: {tokens}: 100 bytes, not the ") and "sampled again" in warning
+    assert warning in (tmp_path / "run" / "train.log").read_text()
+    assert damage(sample) is None  # drawn whole again
+    assert read_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["progress"]["step"] == 5
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,10 @@ def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_pat
         (["--batch-type", "words"], "'words' is not one of 'sentences', 'tokens'"),
         (["--bogus"], "No such option: --bogus (see nmt translate --help)"),
         (["-i", "missing.txt"], "file not found"),
-        (["--sample", "--temperature", "0"], "decode.temperature: must be a finite number > 0, got 0"),
+        *[
+            (["--sample", "--temperature", t], f"decode.temperature: must be in [0.001, 100], got {t}")
+            for t in ["0", "1e-45", "5e-324", "1e+308", "0.0009", "100.1", "inf", "nan"]
+        ],
         (["--sample", "--top-p", "0"], "decode.top_p: must be in (0, 1], got 0"),
         (["--sample", "--top-p", "1.5"], "decode.top_p: must be in (0, 1], got 1.5"),
         (["--sample", "--top-k", "-1"], "decode.top_k: must be a finite number >= 0, got -1"),
@@ -228,3 +231,53 @@ def test_samples_follow_the_seed_and_top_k_one_is_greedy(model, text):
     greedy = translate("-m", model, "--beam", 1, input=lines).stdout
     assert translate("-m", model, "--sample", "--top-k", 1, input=lines).stdout == greedy
     assert translate("-m", model, "--sample", "--top-p", 1e-6, input=lines).stdout == greedy
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["--temperature", "0.001"],
+        ["--top-p", "1e-300"],
+        ["--top-p", "5e-324"],
+        ["--temperature", "0.001", "--top-p", "5e-324"],
+        ["--temperature", "100"],
+        ["--temperature", "100", "--top-p", "1e-300", "--top-k", "1000"],
+    ],
+)
+def test_every_accepted_sampling_extreme_decodes(model, text, settings):
+    """`--temperature 1e-45` and `--top-p 1e-300` were accepted and crashed decoding (NaN
+    probabilities): the sharpest settings accepted are greedy search, the flattest decode."""
+    lines = "\n".join(text) + "\n"
+    result = translate("-m", model, "--sample", "--seed", 2, *settings, input=lines)
+    assert len(result.stdout.splitlines()) == len(text) and "Traceback" not in result.output
+    if "100" not in settings:
+        assert result.stdout == translate("-m", model, "--beam", 1, input=lines).stdout
+
+
+@pytest.mark.parametrize(
+    ("outputs", "clash"),
+    [
+        (["-o", "X", "--attention", "X"], "--attention X: is also this command's -o"),
+        (["-o", "X", "--attention", "./d/../X"], "--attention d/../X: is also this command's -o"),
+        (["-o", "X", "--plot-attention", "X"], "--plot-attention X: is also this command's -o"),
+        (
+            ["--attention", "A", "--plot-attention", "A/"],
+            "--plot-attention A: is also this command's --attention",
+        ),
+    ],
+)
+def test_two_outputs_on_one_path_are_refused_before_anything_is_written(
+    model, text, tmp_path, monkeypatch, outputs, clash
+):
+    """`-o X --attention X` wrote both into X and kept one, with exit 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "in.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["translate", "-m", str(model), "-i", "in.txt", "-q", *outputs])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr == f"error: {clash} output; give each output its own path\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "in.txt"]
+
+
+def test_outputs_may_share_a_device(model, text):
+    translate("-m", model, "-o", "/dev/null", "--attention", "/dev/null", input="\n".join(text) + "\n")

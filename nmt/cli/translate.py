@@ -60,7 +60,7 @@ SampleOption = Annotated[
     typer.Option("--sample/--search", help="Draw each token from the model instead of searching."),
 ]
 TemperatureOption = Annotated[
-    float | None, typer.Option(metavar="FLOAT", help="Sampling: divides the logits (< 1 sharper).")
+    float | None, typer.Option(metavar="FLOAT", help="Sampling: divides the logits (< 1 sharper; 0.001-100).")
 ]
 TopKOption = Annotated[
     int | None, typer.Option(metavar="INT", help="Sampling: only from the K most probable tokens (0: all).")

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
 from nmt.commands.translate import DecodeOptions, load_engine
+from nmt.config import SPECIAL_PIECES
 from nmt.errors import NMTError
 from nmt.fileio import (
     atomic_write_text,
     check_outputs,
+    check_same_counts,
     count_lines,
     file_entry,
     iter_lines,
@@ -29,6 +32,7 @@ from nmt.version import VERSION
 
 CHECK_CHUNK = 10_000  # monolingual lines tokenised at a time while they are checked
 MANIFEST = "backtranslation.json"
+SPLIT_NAME = re.compile(r"[\w-][\w.-]*")  # a file name's stem in the output folder, never a path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +56,10 @@ def run_backtranslate(
 ) -> str:
     """The whole `nmt backtranslate`; returns the line it ends with. Nothing is written unless
     every check passes and every line is translated (`out` appears whole or not at all)."""
+    check_names(split, tag)
     if out.exists():
         raise NMTError(f"{out}: already exists; back-translation writes a new folder (choose another -o)")
     check_outputs({"-o": out}, {"--mono": mono, "-m": model, "--parallel": parallel})
-    if tag and (tag != tag.strip() or len(tag.split()) != 1):
-        raise NMTError(
-            f"--tag: {tag!r} must be one word without spaces (or '' for untagged back-translation)"
-        )
     translator = load_engine([model], decode.overrides(), device, "none", "torch")
     info = translator.info  # type: ignore[attr-defined]
     langs = Languages(mono=info.src_lang, synthetic=info.tgt_lang)
@@ -88,6 +89,23 @@ def run_backtranslate(
         + (f" after {manifest['pairs']['parallel']} parallel ones" if copies else "")
         + f"; train on it with: nmt train -c CONFIG --set data.dir={out}{symbols}"
     )
+
+
+def check_names(split: str, tag: str) -> None:
+    """The split names files inside the output folder (`../x` or '' would write beside it, or
+    hidden files); the tag stays one piece of its own, never a special one (`</s>` would end
+    every synthetic source before it began)."""
+    if not SPLIT_NAME.fullmatch(split):
+        raise NMTError(
+            f"--split: {split!r} is not a plain name; use letters, digits, '_', '-' and '.' "
+            "(not first), e.g. train"
+        )
+    if tag and (tag != tag.strip() or len(tag.split()) != 1):
+        raise NMTError(
+            f"--tag: {tag!r} must be one word without spaces (or '' for untagged back-translation)"
+        )
+    if tag in SPECIAL_PIECES:
+        raise NMTError(f"--tag: {tag!r} is a special piece of every tokenizer; choose another tag, e.g. <BT>")
 
 
 def check_mono(mono: Path, translator: TextTranslator, tag: str) -> int:
@@ -128,6 +146,8 @@ def parallel_files(parallel: Path, split: str, langs: Languages, tag: str) -> di
     if missing or f"{split}.{langs.synthetic}" not in files:
         absent = missing[0] if missing else parallel / f"{split}.{langs.synthetic}"
         raise NMTError(f"--parallel: {absent} not found; the folder needs both sides of each split")
+    for name in names:  # misaligned sides would make a misaligned corpus
+        check_same_counts({files[f"{name}.{lang}"]: count_lines(files[f"{name}.{lang}"]) for lang in sides})
     if tag:
         for number, line in enumerate(iter_lines(files[f"{split}.{langs.synthetic}"]), 1):
             if tag in line.split():

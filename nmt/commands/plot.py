@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nmt.errors import NMTError
 from nmt.fileio import check_outputs, read_lines
+from nmt.jsonvalues import NUMBER, parse_json
+
+RECORD = {"weights": [[NUMBER]], "source": [str], "target": [str]}  # a line of translate --attention
+REMAKE = "write it again with nmt translate --attention"
 
 
 def plot_attention_of(
@@ -31,11 +34,13 @@ def plot_attention_of(
         lines = read_lines(attention)
         if not 1 <= index <= len(lines):
             raise NMTError(f"{attention}: has {len(lines)} sentences, no sentence {index}")
-        try:
-            record = json.loads(lines[index - 1])
-            weights, source, target = record["weights"], record["source"], record["target"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise NMTError(f"{attention}: line {index} is not an attention record ({e})") from None
+        record = parse_json(lines[index - 1], f"{attention}:{index}", RECORD, fix=REMAKE)
+        weights, source, target = record["weights"], record["source"], record["target"]
+        if [len(row) for row in weights] != [len(source)] * len(target):
+            raise NMTError(
+                f"{attention}:{index}: weights are not {len(target)} rows of {len(source)}, one per "
+                f"target and source token; {REMAKE}"
+            )
         if not weights:
             raise NMTError(f"{attention}: sentence {index} is empty, nothing to plot")
         title = f"sentence {index} \u2014 {attention.name}"

@@ -79,8 +79,8 @@ class Steering:
 
 
 def format_translation(index: int, t: Translation, opts: OutputOptions) -> str:
-    if opts.nbest > 1 and not t.hypotheses:  # an empty input line: one empty row, still in place
-        return f"{index}\t1\t0.0000\t\n"
+    if opts.nbest > 1 and not t.hypotheses:  # an empty input line: one row, empty or its tags alone
+        return f"{index}\t1\t0.0000\t{t.text}\n"
     if opts.nbest > 1:
         return "".join(
             f"{index}\t{rank}\t{h.score:.4f}\t{text}\n"
@@ -129,7 +129,8 @@ def run_translate(
             f"--constraints and --input-format {steering.input_format} both give constraints; use one"
         )
     inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
-    check_outputs({"-o": output, "--attention": opts.attention}, inputs)
+    folders = {"--plot-attention": opts.plot_attention}
+    check_outputs({"-o": output, "--attention": opts.attention}, inputs, folders)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
     if steering.shortlist:
         if quantize != "none":

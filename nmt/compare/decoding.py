@@ -21,6 +21,7 @@ from nmt.compare.plan import Run
 from nmt.compare.sets import EvalSet
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write, atomic_write_text, decode_lines
+from nmt.jsonvalues import JSONError, read_json
 from nmt.rundir import CHECKPOINTS
 
 if TYPE_CHECKING:
@@ -93,8 +94,12 @@ def decode_run(
 
 
 def cached_facts(path: Path, checkpoint: Path) -> dict:
-    """The facts cached at `path` when they are this checkpoint's; otherwise a fresh start."""
-    facts = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    """The facts cached at `path` when they are this checkpoint's; otherwise (none, another
+    checkpoint's, or not readable: a cache is rebuilt, not refused) a fresh start."""
+    try:
+        facts = read_json(path) if path.is_file() else {}
+    except JSONError:
+        facts = {}
     identity = checkpoint_identity(checkpoint)
     if facts.get("checkpoint") != identity:
         facts = {"checkpoint": identity, "sets": {}}

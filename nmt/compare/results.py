@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,11 +27,75 @@ from nmt.evaluate.scoring import (
     paired_p_values,
 )
 from nmt.fileio import atomic_write_text
+from nmt.jsonvalues import NUMBER, check_value, read_json
 from nmt.rundir import read_metrics
 
 SIGNIFICANT = 0.05
 SET_METRICS = ("BLEU", "chrF", "length_ratio")  # per evaluation set, spread over seeds
 FORMAT = 3  # of results.json: what `report` reads; older files are rebuilt by running nmt compare
+REBUILD = "run nmt compare again to rebuild it"
+# What `report` reads of results.json (`nmt.jsonvalues` shapes): a hand-edited file is refused in
+# one line before a figure is drawn.
+OPTIONAL = (*NUMBER, type(None))
+SPREAD = {"mean": NUMBER, "sd": OPTIONAL, "min": NUMBER, "max": NUMBER}
+FACTS = {"steps": int, "train_seconds": NUMBER, "train_tokens_per_s": OPTIONAL, "train_peak_mib": OPTIONAL}
+SHAPE = {
+    "command": str,
+    "config": str,
+    "common_overrides": [str],
+    "seeds": [int],
+    "split": str,
+    "sentences": int,
+    "checkpoint": str,
+    "sets": [{"name": str, "origin": str, "sentences": int, "source_words": NUMBER}],
+    "lengths": {str: {"sets": [str], "labels": [str], "sentences": [int]}},
+    "variants": [
+        {
+            "name": str,
+            "parameters": int,
+            "BLEU": SPREAD,
+            "chrF": SPREAD,
+            "scores": {str: dict.fromkeys(SET_METRICS, SPREAD)},
+            "lengths": {str: [{"bleu": OPTIONAL, "ci": OPTIONAL}]},
+            **FACTS,
+            "decode_sentences_per_s": NUMBER,
+        }
+    ],
+    "comparisons": [
+        {
+            "variant": str,
+            "bleu_difference": NUMBER,
+            "seed_ranges_apart": (bool, type(None)),
+            "p_values": {str: NUMBER},
+            "verdict": str,
+        }
+    ],
+    "bootstrap": {"resamples": int, "significance_level": NUMBER},
+    "heatmaps": [
+        {
+            "variant": str,
+            "line": int,
+            "source": str,
+            "reference": str,
+            "matrix": [[NUMBER]],
+            "source_words": [str],
+            "target_words": [str],
+        }
+    ],
+    "runs": [
+        {
+            "variant": str,
+            "seed": int,
+            "BLEU": NUMBER,
+            "chrF": NUMBER,
+            **FACTS,
+            "best_valid_bleu": OPTIONAL,
+            "threads": int,
+            "curve": [{"seconds": NUMBER, "step": NUMBER, "valid_bleu": NUMBER}],
+        }
+    ],
+    "baseline": str,
+}
 
 
 @dataclass(frozen=True)
@@ -282,14 +346,45 @@ def set_entry(s: EvalSet) -> dict:
 
 
 def read_results(out: Path) -> dict:
-    """results.json of the comparison in `out`, as this version of nmt compare writes it."""
+    """results.json of the comparison in `out`, as this version of nmt compare writes it: JSON of
+    the shape `report` reads, naming what it looks up by name and position."""
     path = out / "results.json"
     if not path.is_file():
         raise NMTError(f"{path}: no results to report; run nmt compare without --report-only first")
-    results = json.loads(path.read_text(encoding="utf-8"))
+    results = read_json(path, fix=REBUILD)
     if results.get("format") != FORMAT:
-        raise NMTError(f"{path}: written by an older nmt compare; run nmt compare again to rebuild it")
+        raise NMTError(f"{path}: written by an older nmt compare; {REBUILD}")
+    check_value(results, str(path), SHAPE, fix=REBUILD)
+    if problem := next(_unmatched(results), None):
+        raise NMTError(f"{path}: {problem}; {REBUILD}")
     return results
+
+
+def _unmatched(results: dict) -> Iterator[str]:
+    """What `report` would look up by name or position in results of the right shape and not
+    find: the first seed, a length group, a run's variant, a variant's cells and scores, a
+    heatmap's weight for each pair of words."""
+    if not results["seeds"]:
+        yield "seeds: none listed"
+    if not results["lengths"]:
+        yield "lengths: no length group"
+    names = {v["name"] for v in results["variants"]}
+    for i, run in enumerate(results["runs"]):
+        if run["variant"] not in names:
+            yield f"runs[{i}].variant: no variant named {run['variant']!r}"
+    for group, info in results["lengths"].items():
+        if len(info["sentences"]) != len(info["labels"]):
+            yield f"lengths[{group!r}]: {len(info['labels'])} labels but {len(info['sentences'])} counts"
+        for i, variant in enumerate(results["variants"]):
+            if len(variant["lengths"].get(group, [])) != len(info["labels"]):
+                yield f"variants[{i}].lengths: not {len(info['labels'])} cells for {group!r}"
+    for i, variant in enumerate(results["variants"]):
+        for name in (s["name"] for s in results["sets"] if s["name"] not in variant["scores"]):
+            yield f"variants[{i}].scores: none for the set {name!r}"
+    for i, view in enumerate(results["heatmaps"]):
+        rows, columns = len(view["target_words"]), len(view["source_words"])
+        if not rows or not columns or [len(row) for row in view["matrix"]] != [columns] * rows:
+            yield f"heatmaps[{i}].matrix: not {rows} rows of {columns} weights, one per pair of words"
 
 
 def write_results(results: dict, out: Path) -> Path:

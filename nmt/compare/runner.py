@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nmt.compare.plan import Plan, Run
 from nmt.fileio import atomic_write_text
+from nmt.jsonvalues import NUMBER, read_json
 from nmt.rundir import CONFIG
 
 PEAK_MEMORY = "peak_memory.json"  # in the run's folder, beside what nmt train writes
@@ -56,7 +57,7 @@ def thread_env(threads: int) -> dict[str, str]:
 def read_peak(run: Run) -> float | None:
     """The most memory (MiB resident) the run's training process held, over every resume."""
     path = run.dir / PEAK_MEMORY
-    return json.loads(path.read_text(encoding="utf-8"))["peak_rss_mib"] if path.is_file() else None
+    return read_json(path, {"peak_rss_mib": NUMBER})["peak_rss_mib"] if path.is_file() else None
 
 
 def watch_peak(proc: subprocess.Popen) -> float | None:

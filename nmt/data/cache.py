@@ -35,6 +35,7 @@ from nmt.data.sources import Pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import describe_os_error, mismatch, moved
+from nmt.jsonvalues import JSONError, read_json
 
 CACHE_VERSION = 2  # 2: the training split as memory-mapped flat files, keyed by the files' bytes
 META = "meta.json"
@@ -94,7 +95,7 @@ def read(cache: Path, tokenizers: TokenizerPair | None) -> Cached | None:
     if not (cache / META).is_file():
         return None
     try:
-        meta = json.loads((cache / META).read_text(encoding="utf-8"))
+        meta = read_json(cache / META)
         tok = _cached_tokenizers(cache, meta)
         if tokenizers is not None and tokenizers.to_state() != tok.to_state():
             return None
@@ -102,7 +103,7 @@ def read(cache: Path, tokenizers: TokenizerPair | None) -> Cached | None:
             return None
         train = EncodedCorpus.open(cache / "train", meta["layout"])
         return Cached(tok, train, Counter(meta["dropped"]), meta.get("parts", [len(train)]))
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError):
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, JSONError):
         return None
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from nmt.config import DataConfig
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write, atomic_write_text, line_chunks, read_lines
+from nmt.jsonvalues import JSONError, read_json
 
 Pairs = list[tuple[str, str]]
 SPLITS = ("train", "valid", "test")
@@ -252,12 +253,16 @@ def _source(cfg: DataConfig) -> dict:
 
 
 def _manifest_is_current(cfg: DataConfig, splits: tuple[str, ...] = SPLITS) -> bool:
-    """Whether `download` wrote these splits for this source and their files are unchanged."""
+    """Whether `download` wrote these splits for this source and their files are unchanged (a
+    manifest that is not as it wrote it means a download, not an error)."""
     path = Path(cfg.dir) / "manifest.json"
     if not path.is_file():
         return False
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    if manifest.get("source") != _source(cfg):
+    try:
+        manifest = read_json(path, {"splits": {str: {"sha256": {str: str}}}})
+    except JSONError:
+        return False
+    if manifest.get("source") != _source(cfg) or not set(splits) <= set(manifest["splits"]):
         return False
     return all(
         text_path(cfg, split, lang).is_file()

@@ -31,6 +31,7 @@ import numpy as np
 from nmt.config import Config
 from nmt.data.corpus import CorpusWriter, EncodedCorpus, Side
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
+from nmt.fileio import mismatch
 from nmt.vocab import UNK
 
 LAYOUT = "layout.json"  # written last into a sample's folder: what `EncodedCorpus.open` needs
@@ -95,6 +96,16 @@ def _sample_files(cached: Path, layout: dict, tokenizers: dict, sampling: Sampli
     partial.rename(out)
 
 
+def damage(folder: Path) -> str | None:
+    """Why the epoch sample in `folder` is not as its worker wrote it (its layout unreadable, a
+    file missing, cut short or changed since), or None when it is whole."""
+    try:
+        layout = json.loads((folder / LAYOUT).read_text(encoding="utf-8"))
+        return mismatch(folder, layout["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{folder / LAYOUT}: missing or unreadable"
+
+
 def _ignore_interrupts() -> None:
     """Ctrl-C is the trainer's to handle (it stops at a step boundary and saves)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -130,6 +141,20 @@ class EpochSampler:
             cfg.train.seed,
             folder,
         )
+
+    def discard_damaged(self) -> list[str]:
+        """A warning for each sample on disk (a resumed run's) that is not as written, removed
+        so that its epoch is drawn again: the samples are nmt's own cache, rebuilt rather than
+        refused (a resume is then exact but for that epoch's pieces)."""
+        warnings = []
+        for folder in sorted(self.folder.glob("epoch-*")):
+            if not folder.name.endswith(".partial") and (problem := damage(folder)):
+                shutil.rmtree(folder, ignore_errors=True)
+                warnings.append(
+                    f"warning: {problem}: a damaged subword sample, removed; its epoch is sampled "
+                    "again, on other pieces than before"
+                )
+        return warnings
 
     def _start(self, epoch: int) -> None:
         if epoch in self.pending or (self.folder / f"epoch-{epoch}" / LAYOUT).is_file():

@@ -29,14 +29,20 @@ def sample_tokens(logp: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
     """One token per row of the log-probabilities `logp` (R, V), drawn with `uniforms` (R,) in
     [0, 1): from softmax(logp / temperature), cut to the `top_k` most probable tokens and to the
     fewest holding `top_p` of the probability (the most probable always stays). Tokens outside
-    the cut, and those `restrict` forbade (-inf), have probability 0 and are never drawn."""
-    scaled = logp / cfg.temperature
+    the cut, and those `restrict` forbade (-inf), have probability 0 and are never drawn.
+
+    Safe at every setting the config accepts (nmt.config.TEMPERATURES, top_p in (0, 1]), in
+    half precision too: the best token is scaled from 0, so a sharp temperature cannot turn
+    every logit into -inf (a softmax of NaN), and a top_p below float32's least keeps it alone."""
+    scaled = (logp - logp.amax(-1, keepdim=True)) / cfg.temperature
     k = min(cfg.top_k or scaled.size(-1), scaled.size(-1))
     values, order = scaled.topk(k, dim=-1)  # most probable first
     probs = values.softmax(-1)
     if cfg.top_p < 1:
         above = probs.cumsum(-1) - probs  # the probability of the tokens ranked above each
-        probs = probs.masked_fill(above >= cfg.top_p, 0.0)
+        cut = above >= cfg.top_p
+        cut[:, 0] = False  # the most probable, whatever top_p rounds to
+        probs = probs.masked_fill(cut, 0.0)
     cdf = probs.cumsum(-1)
     # The first rank whose CDF passes u * total: a token of probability 0 never does.
     rank = torch.searchsorted(cdf, uniforms.to(cdf)[:, None] * cdf[:, -1:], right=True)

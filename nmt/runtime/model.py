@@ -9,7 +9,6 @@ Exports of format 1 (before ids and checksums) are checked as far as they can be
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from nmt.errors import NMTError
 from nmt.fileio import mismatch
+from nmt.jsonvalues import read_json
 from nmt.vocab import EOS
 
 ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"
@@ -53,13 +53,7 @@ def read_export_config(directory: Path) -> dict:
     """An export's config.json, checked: JSON, the fields the runtime reads, a format this nmt
     knows, and (format 2) the graphs and tokenizers it lists as they were written."""
     path = directory / CONFIG
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise NMTError(f"{path}: not readable JSON ({str(e).splitlines()[0]}); {AGAIN}") from None
-    for key, kind in FIELDS.items():
-        if not isinstance(config, dict) or not isinstance(config.get(key), kind):
-            raise NMTError(f"{path}: no {key} ({kind.__name__}); {AGAIN}")
+    config = read_json(path, FIELDS, fix=AGAIN)
     if config["format"] != "nmt-onnx" or not 1 <= config["format_version"] <= EXPORT_FORMAT:
         raise NMTError(
             f"{path}: format {config['format']} {config['format_version']}, not one this nmt reads "

@@ -6,16 +6,14 @@ sentence one line of Unicode text (no lone surrogates, no control characters but
 
 from __future__ import annotations
 
-import codecs
-import json
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nmt.config import SAMPLING  # the fields that apply only with "sample": true
+from nmt.config import SAMPLING, TEMPERATURES  # the fields of "sample": true alone; temperature's range
 from nmt.decode.translator import Translation
 from nmt.errors import NMTError
+from nmt.jsonvalues import JSONError, parse_json
 from nmt.serve.batcher import Settings
 from nmt.text.constraints import KEYS, Constraints
 from nmt.text.markup import Markup
@@ -75,13 +73,12 @@ FIELDS = (
     "sample",
     *SAMPLING,
 )
-MAX_TEMPERATURE = 100.0  # flatter than this is uniform noise
 MAX_SEED = 2**63 - 1
 MAX_DEPTH = 8  # arrays and objects inside one another; a request needs 2 ({"texts": [...]})
 MAX_DIGITS = 20  # digits of an integer literal: more fit no field (Python refuses over 4300)
-# What a sentence may not hold: lone surrogates (not Unicode text, and SentencePiece cannot
-# encode them) and control characters other than tab (line breaks have their own message).
-NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+# What a sentence may not hold: control characters other than tab (line breaks have their own
+# message); lone surrogates never get this far (`_json_object` refuses them anywhere).
+NOT_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) -> TranslateRequest:
@@ -108,7 +105,7 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
     if not sample and (given := [key for key in SAMPLING if key in data]):
         raise RequestError(422, f'{given[0]}: applies only when sampling; add "sample": true')
     sampling = {
-        "temperature": _number(data, "temperature", MAX_TEMPERATURE),
+        "temperature": _number(data, "temperature", TEMPERATURES[1], TEMPERATURES[0]),  # as the CLI's
         "top_k": _integer(data, "top_k", limits.max_top_k, None, least=0),
         "top_p": _number(data, "top_p", 1.0),
         "seed": _integer(data, "seed", MAX_SEED, None, least=0),
@@ -124,62 +121,13 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object: strict UTF-8 (a leading byte order mark ignored, as RFC 8259
-    allows); NaN, Infinity, huge integers and duplicated fields refused while parsing, deep
-    nesting when json.loads recurses too far (RecursionError) or, below that, after it."""
-    body = body.removeprefix(codecs.BOM_UTF8)
+    """The body as a JSON object, read by `nmt.jsonvalues`: not JSON, nested too deep or not an
+    object is a 400; JSON holding a value no request has (a huge integer, a repeated field, a
+    lone surrogate) a 422."""
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        where = f"byte 0x{body[e.start]:02x} at {e.start}: {e.reason}"
-        raise RequestError(400, f"the request body is not valid JSON: it is not UTF-8 ({where})") from None
-    too_deep = RequestError(400, f"the request body nests arrays and objects more than {MAX_DEPTH} deep")
-    try:
-        data = json.loads(
-            text, parse_int=_integer_literal, parse_constant=_not_a_number, object_pairs_hook=_unique_fields
-        )
-    except json.JSONDecodeError as e:
-        raise RequestError(400, f"the request body is not valid JSON ({e})") from None
-    except RecursionError:
-        raise too_deep from None
-    if _deeper_than(data, MAX_DEPTH):
-        raise too_deep
-    if not isinstance(data, dict):
-        raise RequestError(400, 'the request body must be a JSON object, e.g. {"text": "..."}')
-    return data
-
-
-def _deeper_than(value: Any, most: int) -> bool:
-    """Whether the JSON `value` holds more than `most` levels of arrays and objects, measured a
-    level at a time (no recursion, so any depth is safe)."""
-    level, depth = [value], 0
-    while containers := [v for v in level if isinstance(v, list | dict)]:
-        depth += 1
-        if depth > most:
-            return True
-        level = [item for c in containers for item in (c.values() if isinstance(c, dict) else c)]
-    return False
-
-
-def _integer_literal(literal: str) -> int:
-    """An integer of the body, refused before int() spends time on a long one (or refuses it)."""
-    digits = len(literal.lstrip("-"))
-    if digits > MAX_DIGITS:
-        raise RequestError(422, f"an integer of {digits} digits: no field takes one over {MAX_DIGITS} digits")
-    return int(literal)
-
-
-def _not_a_number(name: str) -> float:
-    raise RequestError(400, f"the request body is not valid JSON ({name} is not a JSON number)")
-
-
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused when a name repeats (parsers disagree on which value wins)."""
-    data = dict(pairs)
-    if len(data) < len(pairs):
-        twice = next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
-        raise RequestError(422, f"duplicate field {twice!r}")
-    return data
+        return parse_json(body, "the request body", dict, depth=MAX_DEPTH, digits=MAX_DIGITS)
+    except JSONError as e:
+        raise RequestError(400 if e.malformed else 422, str(e)) from None
 
 
 def _sentences(data: dict[str, Any], limits: Limits) -> list[str]:
@@ -274,10 +222,9 @@ def _check_sentence(where: str, s: str, limits: Limits) -> None:
         raise RequestError(413, f"{where}: {len(s)} characters, at most {limits.max_chars} per sentence")
     if "\n" in s or "\r" in s:
         raise RequestError(422, f"{where}: one sentence per string (it contains a line break)")
-    if found := NOT_TEXT.search(s):
-        code = ord(found.group())
-        what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "the control character"
-        raise RequestError(422, f"{where}: {what} (U+{code:04X}) at character {found.start()}, not text")
+    if found := NOT_CONTROL.search(s):
+        at = f"(U+{ord(found.group()):04X}) at character {found.start()}"
+        raise RequestError(422, f"{where}: the control character {at}, not text")
 
 
 def _integer(data: dict[str, Any], key: str, most: int, default: int | None, least: int = 1) -> int | None:
@@ -291,15 +238,17 @@ def _integer(data: dict[str, Any], key: str, most: int, default: int | None, lea
     return value
 
 
-def _number(data: dict[str, Any], key: str, most: float) -> float | None:
-    """A number in (0, most]; None when the field is absent (the model's own setting)."""
+def _number(data: dict[str, Any], key: str, most: float, least: float | None = None) -> float | None:
+    """A number in [least, most], or in (0, most] without `least`; None when the field is absent
+    (the model's own setting)."""
     if key not in data:
         return None
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RequestError(422, f"{key}: must be a number")
-    if not 0 < value <= most:  # NaN never reaches here: the parser refuses it
-        raise RequestError(422, f"{key}: must be above 0 and at most {most:g}, got {value}")
+    low, above = (value > 0, "above 0") if least is None else (value >= least, f"at least {least:g}")
+    if not (low and value <= most):  # NaN never reaches here: the parser refuses it
+        raise RequestError(422, f"{key}: must be {above} and at most {most:g}, got {value}")
     return float(value)
 
 

@@ -13,11 +13,11 @@ every constraint is met. No torch here: the searches hand in plain lists.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nmt.errors import NMTError
+from nmt.jsonvalues import check_value, parse_json
 from nmt.words import SPACE
 
 KEYS = ("constraints", "avoid")  # a JSON line's keys: the phrases to include, and to avoid
@@ -34,7 +34,8 @@ class Constraints:
     @classmethod
     def parse(cls, value: object, where: str) -> Constraints:
         """From a dict `{"constraints": [...], "avoid": [...]}` (either may be left out), or a
-        `Constraints`; anything else is refused in one line naming `where`."""
+        `Constraints`; anything else (a phrase with a lone surrogate too: not text, and
+        SentencePiece cannot encode it) is refused in one line naming `where`."""
         if isinstance(value, Constraints):
             return value
         if not isinstance(value, dict) or set(value) - set(KEYS):
@@ -45,12 +46,13 @@ class Constraints:
         for key, phrases in zip(KEYS, lists, strict=True):
             if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
                 raise NMTError(f"{where}: {key} must be a list of strings")
+        check_value(value, where)
         return cls(*lists)
 
     @classmethod
     def from_json(cls, line: str, where: str) -> Constraints:
         """A line of a constraints file (`nmt translate --constraints`); an empty line is none."""
-        return cls.parse(_json(line, where), where) if line.strip() else cls()
+        return cls.parse(parse_json(line, where), where) if line.strip() else cls()
 
     @classmethod
     def from_input(cls, line: str, form: str, where: str) -> tuple[str, Constraints]:
@@ -60,20 +62,13 @@ class Constraints:
         if form == "tsv" or not line.strip():
             text, *phrases = line.split("\t")
             return text, cls(phrases)
-        value = _json(line, where)
+        value = parse_json(line, where)
         if not isinstance(value, dict) or not isinstance(value.get("text"), str):
             raise NMTError(
                 f'{where}: expected an object with "text" (a string), and "constraints" and/or "avoid"'
             )
         text = value.pop("text")
         return text, cls.parse(value, where)
-
-
-def _json(line: str, where: str) -> object:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise NMTError(f"{where}: not a JSON object ({error.msg}, column {error.colno})") from None
 
 
 @dataclass(frozen=True)

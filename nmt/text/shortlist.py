@@ -7,7 +7,9 @@ source x target piece pair of each training sentence, a NULL source absorbing th
 source piece explains), then keeps each source piece's `best` most probable target pieces and
 the `frequent` most frequent target pieces. A sentence may then write the frequent pieces, its
 source pieces' best ones, EOS and `<unk>` (`allowed`). The file names the vocabularies it was
-built for (a digest of each side's pieces) and is refused for any other model.
+built for (a digest of each side's pieces) and is refused for any other model; it is checked
+whole when loaded (its arrays, their dtypes and shapes, every id within the vocabulary), so a
+damaged one ends in one line at start-up, never mid-decode.
 
 No torch here: the shortlist is data, read by the torch search (`nmt.decode.search`).
 """
@@ -93,29 +95,83 @@ class Shortlist:
 
     @classmethod
     def load(cls, path: Path, tok: TokenizerPair) -> Shortlist:
-        """The shortlist in `path`, refused in one line unless it was built for `tok`'s
-        vocabularies."""
-        if not Path(path).is_file():
+        """The shortlist in `path`, checked before use (a damaged one would index past the
+        vocabulary mid-decode): refused in one line unless it is a shortlist file of this format,
+        built for `tok`'s vocabularies, holding whole-number target ids within them."""
+        path = Path(path)
+        if not path.is_file():
             raise NMTError(f"{path}: no such shortlist file; build one with `nmt shortlist`")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if int(data["format"]) != FORMAT:
-                    raise NMTError(f"{path}: shortlist format {int(data['format'])}; this nmt reads {FORMAT}")
-                shortlist = cls(
-                    data["best"],
-                    data["frequent"],
-                    str(data["src_vocab"]),
-                    str(data["tgt_vocab"]),
-                    int(data["tgt_size"]),
-                )
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-            raise NMTError(f"{path}: not a shortlist written by `nmt shortlist` ({e})") from None
-        if (shortlist.src_vocab, shortlist.tgt_vocab) != (fingerprint(tok.src), fingerprint(tok.tgt)):
+        arrays = read_arrays(path)
+        if int(arrays["format"]) != FORMAT:
+            raise NMTError(
+                f"{path}: shortlist format {int(arrays['format'])}; this nmt reads {FORMAT}; {REBUILD}"
+            )
+        vocabularies = str(arrays["src_vocab"]), str(arrays["tgt_vocab"])
+        if vocabularies != (fingerprint(tok.src), fingerprint(tok.tgt)):
             raise NMTError(
                 f"{path}: this shortlist was built for other vocabularies than this model's; "
                 "build one for it with `nmt shortlist -m MODEL ...`"
             )
-        return shortlist
+        src, tgt = len(tok.src), len(tok.tgt)
+        if int(arrays["tgt_size"]) != tgt:
+            raise NMTError(
+                f"{path}: built for a target vocabulary of {int(arrays['tgt_size'])} pieces, but this "
+                f"model's has {tgt}; {REBUILD}"
+            )
+        best, frequent = arrays["best"], arrays["frequent"]
+        if best.ndim != 2 or len(best) != src or frequent.ndim != 1:
+            raise NMTError(
+                f"{path}: its arrays have the shapes best {best.shape}, frequent {frequent.shape}, "
+                f"not ({src}, k) and (n,) for this model's {src} source pieces; {REBUILD}"
+            )
+        for name, ids, least in (("best", best, -1), ("frequent", frequent, 0)):
+            outside = ids[(ids < least) | (ids >= tgt)]
+            if outside.size:
+                raise NMTError(
+                    f"{path}: its {name!r} array holds the target id {outside[0]}, outside this model's "
+                    f"vocabulary ({least} to {tgt - 1}); {REBUILD}"
+                )
+        return cls(best, frequent, *vocabularies, tgt)
+
+
+REBUILD = "build it again for this model with `nmt shortlist -m MODEL --src ... --tgt ... -o FILE`"
+ARRAYS = {  # name -> (its dtype's kinds: integers, signed or not, or text; whether one value)
+    "format": ("iu", True),
+    "best": ("iu", False),
+    "frequent": ("iu", False),
+    "src_vocab": ("U", True),
+    "tgt_vocab": ("U", True),
+    "tgt_size": ("iu", True),
+}
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of the shortlist file `path`, each read whole (a damaged member fails its
+    CRC-32 here) and checked to hold its kind of values (one value where one is expected);
+    anything else (another format, a file cut short, a pickle) refused in one line."""
+    if not zipfile.is_zipfile(path):  # np.load would try a pickle, or raise EOFError on an empty file
+        raise NMTError(
+            f"{path}: not a shortlist written by `nmt shortlist` (not an .npz archive, or one cut short); "
+            f"{REBUILD}"
+        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files if name in ARRAYS}
+    except Exception as e:  # zipfile and numpy raise many types for a damaged archive
+        raise NMTError(f"{path}: a damaged shortlist file ({e or type(e).__name__}); {REBUILD}") from None
+    for name, (kinds, scalar) in ARRAYS.items():
+        array = arrays.get(name)
+        if not isinstance(array, np.ndarray):  # absent, or a member that is not a .npy (bytes)
+            raise NMTError(
+                f"{path}: not a shortlist written by `nmt shortlist` (no {name!r} array); {REBUILD}"
+            )
+        if array.dtype.kind not in kinds or (scalar and array.ndim):
+            expected = ("whole numbers" if kinds == "iu" else "text") + (", one value" if scalar else "")
+            raise NMTError(
+                f"{path}: its {name!r} array holds {array.dtype} of shape {array.shape}, not {expected}; "
+                f"{REBUILD}"
+            )
+    return arrays
 
 
 @dataclass

@@ -183,8 +183,7 @@ class TextTranslator:
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
         steering: dict[int, tuple] = {}  # waiting: the target prefix, phrases to include and avoid
         remaining = aligned(lines, prefixes, constraints)
-        if constraints is not None and (is_greedy(self.cfg, nbest) or self.cfg.sample):
-            raise NMTError("constraints: lexical constraints need beam search; set a beam of 2 or more")
+        beam = not (is_greedy(self.cfg, nbest) or self.cfg.sample)
 
         def windows() -> Iterator[Source]:
             start = 0
@@ -196,7 +195,7 @@ class TextTranslator:
                     if line.strip():
                         where = f"line {start + offset + 1}"
                         sources[start + offset] = (row, offset in truncated)
-                        steering[start + offset] = self.steering(begun[offset], guide, row, where)
+                        steering[start + offset] = self.steering(begun[offset], guide, row, where, beam)
                         order.append(start + offset)
                     else:  # empty in, empty out: nothing to hallucinate a translation for
                         done[start + offset] = None
@@ -279,14 +278,22 @@ class TextTranslator:
         return prefix
 
     def steering(
-        self, prefix: list[int], guide: Constraints | dict | None, ids: list[int], where: str
+        self,
+        prefix: list[int],
+        guide: Constraints | dict | None,
+        ids: list[int],
+        where: str,
+        beam: bool = True,
     ) -> tuple[list[int], list[list[int]], list[list[int]], Avoiding | None, Any]:
         """What steers the search of the sentence of source `ids` (`Source`'s prefix, include,
         avoid, avoiding and vocabulary): its encoded target prefix, checked to leave room under
-        the output cap, its lexical constraints (`encode_constraints`) and, with a shortlist,
-        the target pieces it may write (the prefix's and the phrases' included)."""
+        the output cap, its lexical constraints (`encode_constraints`; refused unless the search
+        keeps a `beam`, while a sentence without any decodes with any search) and, with a
+        shortlist, the target pieces it may write (the prefix's and the phrases' included)."""
         prefix = self.checked_prefix(prefix, len(ids), where)
         include, avoid, avoiding = self.encode_constraints(guide, prefix, len(ids), where)
+        if (include or avoid) and not beam:
+            raise NMTError(f"{where}: lexical constraints need beam search; set a beam of 2 or more")
         if self.shortlist is None:
             return prefix, include, avoid, avoiding, None
         needed = itertools.chain(prefix, *include)

@@ -104,6 +104,8 @@ class Epochs:
         self.current = 0  # batches in the current epoch, once it has started
         self.sampled_epoch: int | None = None  # the epoch whose subword sample `corpus` holds
         self.sampler = EpochSampler.of(cfg, data.train, data.tokenizers, run_dir / SAMPLED)
+        if self.sampler and distributed.rank_and_world()[0] == 0:  # the process that draws them
+            self.notes += self.sampler.discard_damaged()
 
     def plan(self, epoch: int, sampled: bool = True) -> EpochPlan:
         """This process's batches of `epoch` (every `world`-th under torchrun), with subword

@@ -18,6 +18,7 @@ import torch
 
 from nmt.checkpoint import TRANSLATING, config_differences, model_weights, read_checkpoint, resolve_checkpoint
 from nmt.config import Config, apply_override, config_from_dict
+from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.rundir import CHECKPOINTS
 
@@ -64,7 +65,8 @@ class Start:
 def starting_point(cfg: Config) -> Start | None:
     """The checkpoint a fine-tuning run starts from, checked to agree with `cfg`; None when
     `train.init_from` is not set. The first key of the model or tokenizer that differs from the
-    checkpoint's is named in one line."""
+    checkpoint's is named in one line, as are a model without weights and tokenizers that do not
+    load (the weights' shapes are checked against the model, once built: `check_fit`)."""
     if not cfg.train.init_from:
         return None
     path = resolve_checkpoint(Path(cfg.train.init_from))
@@ -77,4 +79,33 @@ def starting_point(cfg: Config) -> Start | None:
                 "and tokenizer: set it as the checkpoint has it (without --config, the checkpoint's "
                 "config is the starting one)"
             )
+    if not state["model"]:
+        raise NMTError(f"{path}: its model holds no weights; fine-tune from another checkpoint of its run")
+    try:
+        TokenizerPair.from_state(state["tokenizers"])
+    except (KeyError, TypeError, RuntimeError, OSError):  # SentencePiece: RuntimeError "INTERNAL: ..."
+        raise NMTError(
+            f"{path}: a damaged checkpoint: SentencePiece cannot load its tokenizers; fine-tune from "
+            "another checkpoint of its run (best.pt, last.pt, step-N.pt)"
+        ) from None
     return Start(path, state)
+
+
+def check_fit(model: torch.nn.Module, weights: dict[str, torch.Tensor], init_from: str) -> None:
+    """`weights` (those of the checkpoint `init_from`) are `model`'s (built from this run's
+    config): each of its parameters, of its shape, and nothing else. The first that is not is
+    named in one line, where load_state_dict would raise a page listing them all."""
+    path = resolve_checkpoint(Path(init_from))
+    fix = "fine-tune with the model sizes its weights have (its own config), or from another checkpoint"
+    expected = model.state_dict()
+    for name, needed in expected.items():
+        held = weights.get(name)
+        if not isinstance(held, torch.Tensor):
+            raise NMTError(f"{path}: its weights have no {name}, which this run's model needs; {fix}")
+        if held.shape != needed.shape:
+            raise NMTError(
+                f"{path}: {name} has the shape {tuple(held.shape)} there, but this run's model needs "
+                f"{tuple(needed.shape)}; {fix}"
+            )
+    if unknown := sorted(set(weights) - set(expected)):
+        raise NMTError(f"{path}: its weights hold {unknown[0]}, which this run's model has not; {fix}")

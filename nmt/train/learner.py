@@ -20,6 +20,7 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
+from nmt.train.finetune import check_fit
 from nmt.train.graphs import DecoderGraphs, uses_graphs
 from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.precision import Precision
@@ -51,6 +52,7 @@ class Learner:
         self.cfg, self.model_cfg, self.device, self.precision = cfg.train, cfg.model, device, precision
         self.model = Seq2Seq(cfg.model, *vocab)
         if weights is not None:
+            check_fit(self.model, weights, cfg.train.init_from)
             self.model.load_state_dict(weights)
         self.model.to(device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)

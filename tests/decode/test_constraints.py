@@ -164,7 +164,7 @@ BIG = "1990 1991 1992 1993"
 @pytest.mark.parametrize(
     ("first", "extra", "message"),
     [
-        ('{"constraints": ["1990"', [], "constraints.jsonl:1: not a JSON object"),
+        ('{"constraints": ["1990"', [], "constraints.jsonl:1: not valid JSON"),
         ('{"include": ["1990"]}', [], 'constraints.jsonl:1: expected an object with "constraints"'),
         ('{"constraints": "1990"}', [], "constraints.jsonl:1: constraints must be a list of strings"),
         ('{"constraints": [""]}', [], "line 1: constraints 1 is empty"),
@@ -196,3 +196,37 @@ def test_lines_whose_constraints_were_not_all_met_are_named_at_the_end():
         "warning: 2 lines could not meet all their constraints within the output length cap and got "
         "the hypothesis meeting the most (lines 3, 7)"
     )
+
+
+def plain_inputs(form: str, lines: list[str], guides: list[dict]) -> str:
+    """`lines` as `--input-format form` writes them, each with its `guides` (phrases to include)."""
+    rows = zip(lines, guides, strict=True)
+    if form == "tsv":
+        return "".join("\t".join([line, *g.get("constraints", [])]) + "\n" for line, g in rows)
+    return "".join(json.dumps({"text": line, **g}, ensure_ascii=False) + "\n" for line, g in rows)
+
+
+@pytest.mark.parametrize("form", ["jsonl", "tsv"])
+@pytest.mark.parametrize("search", [["--beam", "1"], ["--sample", "--seed", "3"]])
+def test_lines_without_constraints_decode_at_any_search_and_only_those_with_need_a_beam(
+    run, tmp_path, form, search
+):
+    """Input lines that carry no constraints were refused at beam 1 and when sampling, as if they
+    had some: they decode as plain text does; a line that does carry some is refused, named."""
+    source, out = tmp_path / f"in.{form}", tmp_path / "out.txt"
+    plain = CliRunner().invoke(
+        app, ["translate", "-m", str(run), "-q", *search], input="\n".join(LINES) + "\n"
+    )
+    assert plain.exit_code == 0, plain.output
+    source.write_text(plain_inputs(form, LINES, [{}] * len(LINES)), encoding="utf-8")
+    args = ["translate", "-m", str(run), "-i", str(source), "-o", str(out), "-q", "--input-format", form]
+    result = CliRunner().invoke(app, [*args, *search])
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8") == plain.stdout
+    out.unlink()
+    guides = [{}, {}, {"constraints": ["04"]}, {}]
+    source.write_text(plain_inputs(form, LINES, guides), encoding="utf-8")
+    result = CliRunner().invoke(app, [*args, *search])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr == "error: line 3: lexical constraints need beam search; set a beam of 2 or more\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [source.name]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from nmt.config import DecodeConfig
+from nmt.config import TEMPERATURES, DecodeConfig
 from nmt.decode.sampling import sample, sample_tokens
 from nmt.text.ranking import NEG_INF, Source
 from tests.decode.test_search import STYLES, greedy_search, make_model, many_sources, teacher_forced_log_prob
@@ -28,7 +28,7 @@ def test_draws_follow_the_models_distribution_and_never_a_forbidden_token():
     torch.testing.assert_close(frequencies(DecodeConfig(sample=True)), PROBS.double(), atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("temperature", [0.5, 2.0])
+@pytest.mark.parametrize("temperature", [TEMPERATURES[0], 0.5, 2.0, TEMPERATURES[1]])
 def test_a_temperature_divides_the_logits(temperature):
     expected = torch.softmax(PROBS.double().log() / temperature, -1)
     drawn = frequencies(DecodeConfig(sample=True, temperature=temperature))
@@ -60,6 +60,29 @@ def test_a_uniform_at_the_top_of_the_range_still_draws_an_allowed_token():
     row = torch.full((1, 6), NEG_INF)
     row[0, 4] = 0.0  # one allowed token
     assert sample_tokens(row, torch.tensor([0.99]), DecodeConfig(sample=True)).tolist() == [4]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_extremes_the_config_accepts_draw_allowed_tokens(dtype):
+    """A temperature of 1e-45 (every logit / T at -inf: a softmax of NaN) and a top_p of 1e-300
+    (0 in float32: every token cut) crashed; the checks accept [0.001, 100] and (0, 1], and at
+    the sharp end, in any precision, the draws are the best token; at the flat end never a
+    forbidden one (how flat: test_a_temperature_divides_the_logits)."""
+    logp = (torch.randn(64, 500, generator=torch.Generator().manual_seed(3)) * 30).log_softmax(-1)
+    logp[:, ::7] = NEG_INF  # forbidden by restrict
+    logp = logp.to(dtype)
+    best = logp.float().argmax(-1)
+    uniforms = torch.rand(64, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    sharpest = [
+        DecodeConfig(sample=True, temperature=TEMPERATURES[0]),
+        DecodeConfig(sample=True, top_p=1e-300),
+        DecodeConfig(sample=True, top_p=5e-324),
+        DecodeConfig(sample=True, temperature=TEMPERATURES[0], top_p=5e-324, top_k=3),
+    ]
+    for cfg in sharpest:
+        assert torch.equal(sample_tokens(logp, uniforms, cfg), best), cfg
+    flattest = DecodeConfig(sample=True, temperature=TEMPERATURES[1], top_k=1000)  # k over the vocabulary
+    assert (sample_tokens(logp, uniforms, flattest) % 7 != 0).all()
 
 
 def draw(model, src, src_len, max_lens, cfg, n=1, batch=64):

@@ -1,8 +1,12 @@
 """The lexical shortlist (issue 41, item 4): IBM Model 1's table, the file and its checks, and
 decoding restricted to it: every token from the sentence's own shortlist, the same output
-whatever shares the pool, the same output as without when the shortlist allows everything."""
+whatever shares the pool, the same output as without when the shortlist allows everything; a
+damaged shortlist file (issue 53) is one line wherever it is read, the server's start-up included."""
 
 import dataclasses
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ from nmt.decode.search import search
 from nmt.errors import NMTError
 from nmt.text.ranking import Source
 from nmt.text.shortlist import LexicalTable, Shortlist, fingerprint
+from tests.conftest import one_line_error
 
 runner = CliRunner()
 
@@ -168,3 +173,78 @@ def test_a_shortlist_for_files_of_different_lengths_is_refused(translating_model
     assert not (tmp_path / "s.npz").exists()
     with pytest.raises(NMTError, match="no training pair"):
         LexicalTable.estimate([([], [1])], 5, 5, 1)
+
+
+def arrays_with(**changes):
+    """A writer of the built shortlist's arrays with `changes` (each a function of them)."""
+
+    def write(good, path):
+        with np.load(good) as data:
+            arrays = dict(data)
+        np.savez_compressed(path, **{**arrays, **{name: change(arrays) for name, change in changes.items()}})
+
+    return write
+
+
+def bytes_with(change):
+    """A writer of the built shortlist's bytes as `change` makes them."""
+    return lambda good, path: path.write_bytes(change(good.read_bytes()))
+
+
+def flipped(data: bytes) -> bytes:
+    """A byte in the middle (inside a member's compressed data) changed: its CRC-32 fails."""
+    return data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1 :]
+
+
+DAMAGED = {
+    "ids past the vocabulary": (
+        arrays_with(best=lambda a: a["best"] + 1000),
+        "its 'best' array holds the target id",
+    ),
+    "negative ids": (
+        arrays_with(frequent=lambda a: a["frequent"] - 1000),
+        "its 'frequent' array holds the target id -",
+    ),
+    "float ids": (arrays_with(best=lambda a: a["best"].astype(np.float32)), "its 'best' array holds float32"),
+    "float frequencies": (
+        arrays_with(frequent=lambda a: a["frequent"] + 0.5),
+        "its 'frequent' array holds float64",
+    ),
+    "another target size": (
+        arrays_with(tgt_size=lambda a: np.array(7)),
+        "built for a target vocabulary of 7 pieces",
+    ),
+    "rows missing": (arrays_with(best=lambda a: a["best"][:5]), "its arrays have the shapes best (5, 3)"),
+    "other arrays": (lambda good, path: np.savez(path, a=np.arange(3)), "(no 'format' array)"),
+    "a pickle": (lambda good, path: path.write_bytes(pickle.dumps({"best": [1]})), "not an .npz archive"),
+    "random bytes": (bytes_with(lambda b: np.random.default_rng(0).bytes(len(b))), "not an .npz archive"),
+    "cut short": (bytes_with(lambda b: b[: len(b) // 2]), "not an .npz archive, or one cut short"),
+    "empty": (bytes_with(lambda b: b""), "not an .npz archive"),
+    "a damaged member": (bytes_with(flipped), "a damaged shortlist file"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED)
+def test_a_damaged_shortlist_is_one_line_before_anything_is_translated(
+    translating_model, shortlist_file, tmp_path, case
+):
+    write, message = DAMAGED[case]
+    bad, source, out = tmp_path / "bad.npz", tmp_path / "in.txt", tmp_path / "out.txt"
+    write(shortlist_file, bad)
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    args = ["translate", "-m", str(translating_model.last), "-i", str(source), "-o", str(out), "-q"]
+    line = one_line_error(runner.invoke(app, [*args, "--shortlist", str(bad)]), str(bad), message)
+    assert "nmt shortlist -m MODEL" in line  # how to fix it
+    assert not out.exists()
+
+
+def test_the_server_refuses_a_damaged_shortlist_at_start_up(translating_model, shortlist_file, tmp_path):
+    """In its own process, as `nmt serve` runs: exit 2 and one line before it listens, not a
+    500 on the first request that reaches past the vocabulary."""
+    bad = tmp_path / "bad.npz"
+    DAMAGED["ids past the vocabulary"][0](shortlist_file, bad)
+    serve = [sys.executable, "-m", "nmt", "serve", "-m", str(translating_model.last), "--port", "0"]
+    result = subprocess.run(
+        [*serve, "--device", "cpu", "--shortlist", str(bad)], capture_output=True, text=True, timeout=300
+    )
+    one_line_error(result, str(bad), "outside this model's vocabulary")

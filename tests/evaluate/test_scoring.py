@@ -166,6 +166,20 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, make, args, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("plot", ["x.png", "./x.png", "sub/../x.png"])
+def test_details_and_plot_on_one_path_are_refused_before_anything_is_written(tmp_path, plot):
+    """`--details X --plot X` wrote both and kept one, with exit 0."""
+    d = write_corpus(tmp_path)
+    (d / "sub").mkdir()
+    before = sorted(p.name for p in d.iterdir())
+    args = ["eval", "--hyp", str(d / "a"), "--ref", str(d / "ref"), "--bootstrap", "0"]
+    result = runner.invoke(app, [*args, "--plot", str(d / plot), "--details", str(d / "x.png")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    clash = f"--details {d / 'x.png'}: is also this command's --plot output"
+    assert result.stderr == f"error: {clash}; give each output its own path\n"
+    assert sorted(p.name for p in d.iterdir()) == before
+
+
 def test_atomic_write_never_replaces_a_device():
     atomic_write_text(os.devnull, "nothing\n")
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

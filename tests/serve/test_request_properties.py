@@ -7,6 +7,7 @@ import unicodedata
 
 from hypothesis import HealthCheck, given, settings
 
+from nmt.config import TEMPERATURES
 from nmt.serve.requests import Limits, RequestError, TranslateRequest, parse_translate
 from tests.serve.hostile import MAX_CHARS, MAX_SENTENCES, hostile_bodies, valid_requests
 
@@ -38,7 +39,7 @@ def assert_within_limits(req: TranslateRequest, limits: Limits) -> None:
     assert type(req.attention) is bool
     sampling = req.settings
     assert sampling.sample in (None, True, False)
-    assert sampling.temperature is None or 0 < sampling.temperature <= 100
+    assert sampling.temperature is None or TEMPERATURES[0] <= sampling.temperature <= TEMPERATURES[1]
     assert sampling.top_k is None or (type(sampling.top_k) is int and 0 <= sampling.top_k <= limits.max_top_k)
     assert sampling.top_p is None or 0 < sampling.top_p <= 1
     assert sampling.seed is None or (type(sampling.seed) is int and 0 <= sampling.seed < 2**63)

@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nmt.cli import app
+from nmt.config import TEMPERATURES
 
 runner = CliRunner()
 
@@ -152,6 +153,36 @@ def test_sampled_answers_equal_nmt_translate_sampling_whatever_the_batch(server,
         for rank, h in enumerate(t["nbest"], 1)
     )
     assert served == expected
+
+
+SAMPLING_EXTREMES = [  # every end of the ranges the command line and the server both accept
+    {"temperature": TEMPERATURES[0]},
+    {"temperature": TEMPERATURES[1]},
+    {"top_p": 1e-300},
+    {"top_p": 5e-324},
+    {"temperature": TEMPERATURES[0], "top_p": 5e-324, "top_k": 1000},
+]
+
+
+@pytest.mark.parametrize("extreme", SAMPLING_EXTREMES)
+def test_every_accepted_sampling_extreme_answers_as_nmt_translate(server, model, lines, extreme):
+    """`"temperature": 1e-45` and `"top_p": 1e-300` were accepted and answered 500 (NaN in the
+    sampler): each accepted extreme decodes, as the command line does with the same values."""
+    options = [x for key, value in extreme.items() for x in (f"--{key.replace('_', '-')}", repr(value))]
+    expected = cli_translate(model, lines[:8], "--sample", "--seed", "6", *options)
+    status, _, body = server.post({"texts": lines[:8], "sample": True, "seed": 6, **extreme})
+    assert status == 200, body
+    assert "".join(t["text"] + "\n" for t in body["translations"]) == expected
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 5e-324, 1e308, TEMPERATURES[0] / 2, TEMPERATURES[1] * 2])
+def test_a_temperature_the_command_line_refuses_the_server_refuses(server, model, temperature):
+    result = runner.invoke(
+        app, ["translate", "-m", str(model), "--sample", "--temperature", repr(temperature)], input="x\n"
+    )
+    assert result.exit_code == 2 and "decode.temperature: must be in [0.001, 100]" in result.stderr
+    status, _, body = server.post({"text": "x", "sample": True, "temperature": temperature})
+    assert status == 422 and "temperature: must be at least 0.001 and at most 100" in body["error"], body
 
 
 def test_prefixed_answers_equal_nmt_translate_with_prefixes(server, model, lines, tmp_path):

@@ -77,11 +77,14 @@ def test_defaults_come_from_the_first_model():
         ({"text": "a", "avoid": ["b"], "sample": True}, 422, "lexical constraints need beam search"),
         ({"text": "a", "top_k": 5}, 422, 'top_k: applies only when sampling; add "sample": true'),
         ({"text": "a", "sample": False, "seed": 5}, 422, "seed: applies only when sampling"),
-        (
-            {"text": "a", "sample": True, "temperature": 0},
-            422,
-            "temperature: must be above 0 and at most 100",
-        ),
+        *[
+            (
+                {"text": "a", "sample": True, "temperature": t},
+                422,
+                f"temperature: must be at least 0.001 and at most 100, got {t}",
+            )
+            for t in (0, 1e-45, 5e-324, 0.0009, 100.5, 1e308)
+        ],
         ({"text": "a", "sample": True, "temperature": "hot"}, 422, "temperature: must be a number"),
         ({"text": "a", "sample": True, "top_p": 1.01}, 422, "top_p: must be above 0 and at most 1, got 1.01"),
         ({"text": "a", "sample": True, "top_k": -1}, 422, "top_k: must be between 0 and 1000, got -1"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nmt.checkpoint import config_differences, read_checkpoint
+from nmt.checkpoint import config_differences, read_checkpoint, write_state
 from nmt.cli import app
 from nmt.config import load_config
 from nmt.data.toy import write_toy_corpus
@@ -125,6 +125,41 @@ def test_bad_starting_points_are_one_line_and_write_nothing(base, tmp_path):
     damaged.write_bytes(b"not a checkpoint")
     one_line_error(train("--init-from", damaged, "-o", run, code=2), "not an nmt checkpoint")
     assert not run.exists()
+
+
+def hidden_size_changed(state):
+    state["config"]["model"]["encoder"]["hidden"] += 8  # the weights keep the old size
+
+
+def no_weights(state):
+    state["model"] = {}
+
+
+def garbage_tokenizers(state):
+    state["tokenizers"] = {"src": b"not a SentencePiece model", "tgt": b"not one either"}
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (hidden_size_changed, "encoder.rnn.weight_ih_l0 has the shape"),
+        (no_weights, "its model holds no weights"),
+        (garbage_tokenizers, "SentencePiece cannot load its tokenizers"),
+    ],
+)
+def test_a_checkpoint_that_does_not_make_its_model_is_one_line_and_writes_nothing(
+    base, tmp_path, damage, message
+):
+    """Checked before use, as a translator's checkpoint is: a crafted or damaged checkpoint with
+    valid checksums (write_state) whose weights, model or tokenizers cannot start the run."""
+    state = read_checkpoint(base / "checkpoints" / "last.pt")
+    damage(state)
+    write_state(tmp_path / "bad.pt", state)
+    result = train(
+        "--init-from", tmp_path / "bad.pt", "--set", "train.max_steps=1", "-o", tmp_path / "ft", code=2
+    )
+    one_line_error(result, str(tmp_path / "bad.pt"), message, "fine-tune ")
+    assert not (tmp_path / "ft").exists()
 
 
 def test_without_an_output_the_run_is_named_after_the_checkpoints(base, tmp_path, monkeypatch):
