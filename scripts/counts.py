@@ -40,6 +40,17 @@ def per(counts: dict, total: float, what: str) -> dict:
     }
 
 
+def trained(toolkit: str, steps: int, tokens: int, report: dict) -> dict:
+    return {
+        "toolkit": toolkit,
+        "steps": steps,
+        "tgt_tokens": tokens,
+        **per(report, tokens, "tgt_token"),
+        "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
+        **{k: report[k] for k in ("flops_by_op", "relayout_bytes_by_op", "touched_bytes_by_op")},
+    }
+
+
 def train_nmt(steps: int) -> dict:
     from bench import run_case
     from opcount import Counts
@@ -47,9 +58,7 @@ def train_nmt(steps: int) -> dict:
     counts = Counts(HIDDEN, VOCAB)
     result = run_case("train-luong-general-if", steps, warmup=2, measure=lambda: counts)
     report, tokens = counts.report(), result["tgt_tokens"]
-    return {"toolkit": "nmt", "steps": steps, "tgt_tokens": tokens, **per(report, tokens, "tgt_token"),
-            "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
-            "flops_by_op": report["flops_by_op"]}  # fmt: skip
+    return trained("nmt", steps, tokens, report)
 
 
 def train_onmt(python: str, work: Path, steps: int) -> dict:
@@ -66,9 +75,7 @@ def train_onmt(python: str, work: Path, steps: int) -> dict:
             raise SystemExit(f"counts: OpenNMT-py failed:\n{log[-2000:]}")
         report = json.loads(out.read_text(encoding="utf-8"))
     tokens = sum(int(m.group(2)) for m in ONMT_TOKENS.finditer(log))
-    return {"toolkit": "OpenNMT-py", "steps": steps, "tgt_tokens": tokens, **per(report, tokens, "tgt_token"),
-            "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
-            "flops_by_op": report["flops_by_op"]}  # fmt: skip
+    return trained("OpenNMT-py", steps, tokens, report)
 
 
 ENTRIES = {"nmt": "nmt.cli:app", "onmt": "onmt.bin.translate:main"}

@@ -75,7 +75,9 @@ class Counts(TorchDispatchMode):
         super().__init__()
         self.hidden, self.vocab = hidden, vocab
         self.flops: Counter = Counter()
-        self.relayout_bytes = self.touched_bytes = self.ops = 0
+        self.touched: Counter = Counter()  # bytes by op
+        self.relayouts: Counter = Counter()  # bytes by op
+        self.ops = 0
         self.decoder_rows = self.output_rows = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -89,29 +91,33 @@ class Counts(TorchDispatchMode):
             if columns >= self.vocab:
                 self.output_rows += batch * rows
             if func is mkldnn._linear_pointwise.default:
-                self.relayout_bytes += sum(_bytes(a) for a in args[:2] if _plain_but_strided(a, a is args[1]))
+                self.relayouts[str(func.overloadpacket)] += sum(
+                    _bytes(a) for a in args[:2] if _plain_but_strided(a, a is args[1])
+                )
         elif func is mkldnn._reorder_linear_weight.default or (
             func is aten.clone.default and not args[0].is_contiguous()
         ):  # a weight prepacked, or a transposed tensor made contiguous
-            self.relayout_bytes += _bytes(args[0])
+            self.relayouts[str(func.overloadpacket)] += _bytes(args[0])
         elif func in LSTM_LAYERS:
             x, w_ih, w_hh = args[0], args[1], args[2]
             steps = _rows(x)  # time x batch
             self.flops[str(func.overloadpacket)] += (
                 LSTM_LAYERS[func] * 2 * steps * w_ih.shape[0] * (w_ih.shape[1] + w_hh.shape[1])
             )
-            self.relayout_bytes += _bytes(w_ih) + _bytes(w_hh)
+            self.relayouts[str(func.overloadpacket)] += _bytes(w_ih) + _bytes(w_hh)
         if not any(r.alias_info for r in func._schema.returns):  # views move nothing
             tensors = [a for a in (*args, *_flat(out)) if isinstance(a, torch.Tensor) and not a.is_mkldnn]
-            self.touched_bytes += sum(_bytes(t) for t in tensors)
+            self.touched[str(func.overloadpacket)] += sum(_bytes(t) for t in tensors)
         return out
 
     def report(self) -> dict:
         return {
             "flops": sum(self.flops.values()),
             "flops_by_op": dict(self.flops.most_common()),
-            "relayout_bytes": self.relayout_bytes,
-            "touched_bytes": self.touched_bytes,
+            "relayout_bytes": sum(self.relayouts.values()),
+            "relayout_bytes_by_op": dict(self.relayouts.most_common()),
+            "touched_bytes": sum(self.touched.values()),
+            "touched_bytes_by_op": dict(self.touched.most_common(12)),
             "ops": self.ops,
             "decoder_rows": self.decoder_rows,
             "output_rows": self.output_rows,
