@@ -98,6 +98,9 @@ def test_beam_one_equals_greedy(style):
         assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
 
 
+FLOAT32_SUMS = 1e-6  # a score sums float32 log-probabilities, each within 6e-8 of its own
+
+
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translation_does_not_depend_on_the_batch(style, beam):
@@ -109,7 +112,9 @@ def test_translation_does_not_depend_on_the_batch(style, beam):
         n = int(src_len[i])
         alone = beam_search(model, src[i : i + 1, :n], src_len[i : i + 1], max_lens[i : i + 1], cfg)
         assert alone[0][0].tokens == batched[i][0].tokens
-        assert alone[0][0].score == pytest.approx(batched[i][0].score, abs=1e-9)
+        # float32 log-softmax (search.py): a float64 logit that differs in its last bit between
+        # batch shapes (AVX2 kernels block products by shape) may round to a neighbouring float32
+        assert alone[0][0].score == pytest.approx(batched[i][0].score, rel=FLOAT32_SUMS)
         torch.testing.assert_close(alone[0][0].attention, batched[i][0].attention[:, :n])
 
 
@@ -129,7 +134,7 @@ def test_sentences_joining_a_search_under_way_decode_as_alone(style, beam, batch
     alone = beam_search(model, src, src_len, max_lens, cfg, nbest=beam, batch=1)
     for p, a in zip(pooled, alone, strict=True):
         assert [h.tokens for h in p] == [h.tokens for h in a]
-        assert [h.score for h in p] == pytest.approx([h.score for h in a], abs=1e-9)
+        assert [h.score for h in p] == pytest.approx([h.score for h in a], rel=FLOAT32_SUMS)
         torch.testing.assert_close(p[0].attention, a[0].attention)
 
 
