@@ -193,10 +193,11 @@ class Decoder(Registry, nn.Module):
     parallel = False  # True when the recurrence does not read the attention (whole-target path)
 
     def recur(
-        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor
+        self, y_prev: Tensor, state: DecoderState, mem: Memory, positions: Tensor, y: Tensor | None = None
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """y_prev (B, k) at target `positions` (B, k) -> pre-output vectors (B, k, P), new state,
-        weights (B, k, S).
+        weights (B, k, S). `y`: y_prev already embedded (with dropout), when teacher forcing
+        embedded the whole target at once.
 
         Everything but the output layer, which needs no recurrence and so can run once over
         all steps in training. k > 1 only where the step order allows it (`parallel`).
@@ -223,14 +224,22 @@ class Decoder(Registry, nn.Module):
         if self.parallel:
             pre_output, _, weights = self.recur(tgt_in, state, mem, positions)  # one LSTM call
             return pre_output, weights
+        # the whole target embedded at once: one embedding gradient a step, where one a position
+        # made a dense (V, E) gradient and added it up T times (12 x 8 MB a bench step)
+        # (unbound, so its gradient is one stack, not a zero-padded slice added up per position)
+        embedded = self.embedded(tgt_in).unbind(1)
         pre_outputs, weights = [], []
         for t in range(T):
             pre_output, state, step_weights = self.recur(
-                tgt_in[:, t : t + 1], state, mem, positions[:, t : t + 1]
+                tgt_in[:, t : t + 1], state, mem, positions[:, t : t + 1], embedded[t][:, None]
             )
             pre_outputs.append(pre_output)
             weights.append(step_weights)
         return torch.cat(pre_outputs, 1), torch.cat(weights, 1)
+
+    def embedded(self, y_prev: Tensor) -> Tensor:
+        """Target pieces (B, k) -> their embeddings with dropout (B, k, E)."""
+        return self.dropout(self.embed(y_prev))
 
     def forward(self, tgt_in: Tensor, state: DecoderState, mem: Memory) -> tuple[Tensor, Tensor]:
         """Teacher forcing over the whole target (B, T) -> logits (B, T, V), weights (B, T, S)."""
@@ -253,8 +262,8 @@ class LuongDecoder(Decoder, name="luong"):
         feed = h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
         return DecoderState(h0, c0, feed)
 
-    def recur(self, y_prev, state, mem, positions):
-        x = self.dropout(self.embed(y_prev))  # (B, k, E)
+    def recur(self, y_prev, state, mem, positions, y=None):
+        x = self.embedded(y_prev) if y is None else y  # (B, k, E)
         if self.input_feeding:
             assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
             x = torch.cat([x, state.feed[:, None]], dim=-1)
@@ -278,9 +287,9 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + memory_dim
 
-    def recur(self, y_prev, state, mem, positions):
+    def recur(self, y_prev, state, mem, positions, y=None):
         assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
-        y = self.dropout(self.embed(y_prev))  # (B, 1, E)
+        y = self.embedded(y_prev) if y is None else y  # (B, 1, E)
         s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
         context, weights = self.attend(s_prev[:, None], mem, positions)
         s, (h_n, c_n) = self.run_rnn(torch.cat([y, context], dim=-1), state)
