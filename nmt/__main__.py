@@ -5,9 +5,15 @@ turns an interrupt inside a command into a quiet exit 130) ends with exit 130 to
 `interrupted`, instead of a traceback; nothing has been written yet. Only what runs before
 `main` is beyond reach: the interpreter's own start-up and `import nmt`, kept light for this."""
 
+from __future__ import annotations
+
 import contextlib
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nmt.train.signals import Interrupted
 
 
 def main() -> None:
@@ -21,21 +27,22 @@ def main() -> None:
             app()
     except KeyboardInterrupt as stop:  # start-up's: Typer ends a command's, nmt train its own
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
-        print(_stopped(stop), file=sys.stderr)
-        sys.exit(128 + getattr(stop, "signum", signal.SIGINT))  # nmt train's StopNow may be a SIGTERM
+        stopped = _stopped(stop)
+        print(stopped, file=sys.stderr)
+        sys.exit(stopped.exit_code)  # 130; nmt train's StopNow may be a SIGTERM: 143
 
 
-def _stopped(stop: KeyboardInterrupt) -> str:
-    """The line a stop during start-up ends with: `interrupted`, or nmt train's own line (as once
+def _stopped(stop: KeyboardInterrupt) -> Interrupted:
+    """How a stop during start-up ends: the line `interrupted`, or nmt train's own line (as once
     its command runs), which names the run of --resume, read here from the raw arguments."""
-    if sys.argv[1:2] != ["train"]:
-        return "interrupted"
     from nmt.train.signals import Interrupted
 
+    if sys.argv[1:2] != ["train"]:
+        return Interrupted(getattr(stop, "signum", signal.SIGINT), "interrupted")
     args = sys.argv[2:]
     given = [value for arg, value in zip(args, args[1:], strict=False) if arg == "--resume"]
     given += [arg.removeprefix("--resume=") for arg in args if arg.startswith("--resume=")]
-    return str(Interrupted.starting(stop, given[-1] if given else None))
+    return Interrupted.starting(stop, given[-1] if given else None)
 
 
 def _start_up_guard() -> contextlib.AbstractContextManager:

@@ -71,7 +71,10 @@ def restart_with_tcmalloc() -> None:
     # Ctrl-C is held (the mask survives exec) until the new process can end quietly (nmt/__main__.py):
     # the interpreter's start-up would print a traceback for it
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError:  # the interpreter could not be started again (E2BIG, ENOMEM): go on without
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class FreePages:

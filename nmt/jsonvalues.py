@@ -39,8 +39,9 @@ Shape = type | tuple | list | dict
 
 class JSONError(NMTError):
     """A document refused. `malformed`: it is not a JSON document of the kind expected (not
-    UTF-8, not JSON, nested too deep, another shape), which the server answers with 400; else it
-    is JSON holding a value nmt refuses (a huge integer, a repeated field, a lone surrogate): 422."""
+    readable, not UTF-8, not JSON, nested too deep, another shape), which the server answers
+    with 400; else it is JSON holding a value nmt refuses (a huge integer, a repeated field, a
+    lone surrogate): 422."""
 
     def __init__(self, message: str, malformed: bool):
         super().__init__(message)
@@ -49,7 +50,8 @@ class JSONError(NMTError):
 
 class _RefusalError(Exception):
     """What is wrong, before the caller's `where` is added, and a `hint` of how to fix it that
-    the caller's `fix` replaces (for a file nmt wrote, making it again is the fix)."""
+    the caller's `fix` replaces (for a file nmt wrote, making it again is the fix) and that
+    stands before the caller's `hint` (how to write the document: a fix where this says none)."""
 
     def __init__(self, message: str, malformed: bool = True, hint: str = ""):
         super().__init__(message)
@@ -65,30 +67,34 @@ def parse_json(
     digits: int = MAX_DIGITS,
     nan: bool = False,
     fix: str = "",
+    hint: str = "",
 ) -> Any:
     """The value of `document` (bytes: strict UTF-8, a leading byte order mark ignored), checked
     to be of `shape`; else a `JSONError` that starts with `where` (a file:line, "the request
-    body") and ends with `fix` when given. `nan` takes NaN and Infinity as Python writes them (the
-    losses nmt logs from a diverged run)."""
+    body") and ends with `fix` when given, else with how to fix that refusal (a smaller number,
+    whole characters) or, for one that says none (not JSON, nested too deep, another shape),
+    `hint`. `nan` takes NaN and Infinity as Python writes them (the losses nmt logs from a
+    diverged run)."""
     try:
         value = _loads(_text(document), depth, digits, nan)
     except _RefusalError as e:
-        raise _error(e, where, fix) from None
-    check_value(value, where, shape, depth=depth, fix=fix)
+        raise _error(e, where, fix, hint) from None
+    check_value(value, where, shape, depth=depth, fix=fix, hint=hint)
     return value
 
 
 def read_json(path: Path, shape: Shape = dict, *, fix: str = "") -> Any:
-    """`parse_json` of a file, named by its path; a file that cannot be read is one line too."""
+    """`parse_json` of a file, named by its path; a file that cannot be read is one line too, a
+    `JSONError` like one that is not JSON (so a reader of a cache rebuilds it either way)."""
     try:
         document = Path(path).read_bytes()
     except OSError as e:
-        raise NMTError(describe_os_error(e, path) + (f"; {fix}" if fix else "")) from None
+        raise JSONError(describe_os_error(e, path) + (f"; {fix}" if fix else ""), malformed=True) from None
     return parse_json(document, str(path), shape, fix=fix)
 
 
 def check_value(
-    value: Any, where: str, shape: Shape = object, *, depth: int = MAX_DEPTH, fix: str = ""
+    value: Any, where: str, shape: Shape = object, *, depth: int = MAX_DEPTH, fix: str = "", hint: str = ""
 ) -> None:
     """`parse_json`'s checks of a value already parsed, or handed in by a program (the API's
     constraints): its nesting, its strings and its shape."""
@@ -96,11 +102,11 @@ def check_value(
         _walk(value, depth)
         _check_shape(value, shape, ())
     except _RefusalError as e:
-        raise _error(e, where, fix) from None
+        raise _error(e, where, fix, hint) from None
 
 
-def _error(e: _RefusalError, where: str, fix: str) -> JSONError:
-    fix = fix or e.hint
+def _error(e: _RefusalError, where: str, fix: str, hint: str = "") -> JSONError:
+    fix = fix or e.hint or hint
     return JSONError(f"{where}: {e}" + (f"; {fix}" if fix else ""), e.malformed)
 
 

@@ -1,6 +1,8 @@
 """nmt restarts itself on tcmalloc when the system has it (nmt/allocator.py), in real processes."""
 
+import errno
 import os
+import signal
 import subprocess
 import sys
 
@@ -42,6 +44,23 @@ def test_the_restart_keeps_arguments_standard_input_and_the_exit_code(tmp_path):
         nmt("eval", "--hyp", str(tmp_path / "missing.txt"), "--ref", str(tmp_path / "ref.txt")).returncode
         == 2
     )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the restart is for Linux only")
+def test_a_restart_that_cannot_exec_goes_on_without_tcmalloc_and_ctrl_c_unblocked(monkeypatch):
+    for name in ("LD_PRELOAD", allocator.SWITCH, f"{allocator.SWITCH}_TRIED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(allocator, "tcmalloc_library", lambda: "libtcmalloc_minimal.so.4")
+    masks = []
+
+    def refused(*args):
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        raise OSError(errno.E2BIG, "Argument list too long")
+
+    monkeypatch.setattr(os, "execve", refused)
+    allocator.restart_with_tcmalloc()  # returns: this process goes on, on glibc's malloc
+    assert len(masks) == 1 and signal.SIGINT in masks[0]  # held while the exec was tried
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 FREED = """

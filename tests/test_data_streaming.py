@@ -3,6 +3,7 @@ the file and line, and a cache is complete or absent, never half-written."""
 
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,27 @@ def test_the_mapped_cache_reads_back_every_pair_as_encoded(corpus, tmp_path):
     assert (batch.tgt_in[:, 0] == BOS).all() and (batch.src == EOS).sum() == batch.src.size(0)
     loaded.train.release()  # pages handed back; the arrays still read
     assert loaded.train.src[5].tolist() == built.train.src[5].tolist()
+
+
+def test_a_cache_whose_meta_cannot_be_read_is_rebuilt(corpus, tmp_path, monkeypatch):
+    cfg = load_config("toy-luong.yaml", [a for a in config_args(corpus, tmp_path / "cache") if "=" in a])
+    meta = prepare(cfg).cache_dir / cache_module.META
+    meta.unlink()
+    meta.mkdir()  # a folder in its place
+    data = prepare(cfg)
+    assert not data.from_cache and len(data.train) == PAIRS and meta.is_file()
+    read_bytes = Path.read_bytes
+
+    def refused(path):  # tests run as root, whom no file mode stops: the refusal is simulated
+        if path == meta:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    data = prepare(cfg)
+    assert not data.from_cache and len(data.train) == PAIRS
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert prepare(cfg).from_cache
 
 
 def test_a_partial_folder_of_a_running_process_is_left_alone(corpus, tmp_path):

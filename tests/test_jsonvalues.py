@@ -5,6 +5,7 @@ documents hypothesis makes up give a value or that one line, never another excep
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nmt.cli import app
+from nmt.compare.decoding import cached_facts, checkpoint_identity
 from nmt.compare.results import read_results
 from nmt.errors import NMTError
 from nmt.jsonvalues import NUMBER, JSONError, check_value, parse_json, read_json
@@ -103,12 +105,53 @@ def test_what_is_json_and_of_the_shape_is_returned():
 
 
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path):
-    with pytest.raises(NMTError, match="No such file or directory; run it again") as caught:
+    # a JSONError like a document that is not JSON: a cache's reader rebuilds the cache either way
+    with pytest.raises(JSONError, match="No such file or directory; run it again") as caught:
         read_json(tmp_path / "missing.json", fix="run it again")
-    assert not isinstance(caught.value, JSONError)
+    assert caught.value.malformed
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(JSONError, match=r"folder.json: Is a directory \(give a file name, not a folder\)$"):
+        read_json(tmp_path / "folder.json")
     (tmp_path / "x.json").write_text("[1]")
     with pytest.raises(JSONError, match=r"x.json: must be a JSON object, not an array$"):
         read_json(tmp_path / "x.json")
+
+
+def test_cached_facts_that_cannot_be_read_are_a_fresh_start(tmp_path, monkeypatch):
+    checkpoint, facts = tmp_path / "best.pt", tmp_path / "facts.json"
+    checkpoint.write_bytes(b"weights")
+    fresh = {"checkpoint": checkpoint_identity(checkpoint), "sets": {}}
+    facts.write_text(json.dumps({**fresh, "sets": {"test": {"seconds": 1}}}))
+    assert cached_facts(facts, checkpoint)["sets"] == {"test": {"seconds": 1}}
+    read_bytes = Path.read_bytes
+
+    def refused(path):  # tests run as root, whom no file mode stops: the refusal is simulated
+        if path == facts:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    assert cached_facts(facts, checkpoint) == fresh  # rebuilt, not refused
+    facts.write_bytes(b"\xff{")
+    monkeypatch.undo()
+    assert cached_facts(facts, checkpoint) == fresh
+
+
+def test_a_line_that_is_not_json_says_how_to_write_one():
+    include = 'write one JSON object per line: {"constraints": [...], "avoid": [...]}'
+    with pytest.raises(JSONError) as caught:
+        Constraints.from_json('{"constraints": [', "c.jsonl:1")
+    assert str(caught.value) == f"c.jsonl:1: not valid JSON (Expecting value at column 18); {include}"
+    text = 'write one JSON object per line: {"text": "...", "constraints": [...], "avoid": [...]}'
+    with pytest.raises(JSONError) as caught:
+        Constraints.from_input('{"text": "a", "constraints": ' + DEEP + "}", "jsonl", "in.jsonl:2")
+    assert str(caught.value) == f"in.jsonl:2: nests arrays and objects more than 32 deep; {text}"
+    with pytest.raises(JSONError, match=r"an integer of 5001 digits, over 20; write a smaller number$"):
+        Constraints.from_input(f'{{"text": "a", "constraints": [{HUGE}]}}', "jsonl", "in.jsonl:2")
+    with pytest.raises(JSONError, match=r"f: must be a JSON object, not an array; say what$"):
+        parse_json("[]", "f", dict, hint="say what")
+    with pytest.raises(JSONError, match=r"f: must be a JSON object, not an array; make it again$"):
+        parse_json("[]", "f", dict, fix="make it again", hint="say what")  # a fix replaces every hint
 
 
 def test_phrases_the_api_hands_in_are_checked_too():

@@ -96,6 +96,20 @@ def test_a_quoted_attribute_value_may_hold_a_closing_bracket():
     assert carried(line, [0, 1, 2, 3]) == """<a title="x>y">w</a> x <c d='1>2'/> y z"""
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("""a <b class=don't>b</b> c d""", """w <b class=don't>x</b> y z"""),
+        ("""<p a="x" '>a b</p> c d""", """<p a="x" '>w x</p> y z"""),
+        ("""a <i t='it"s'>b c</i> d""", """w <i t='it"s'>x y</i> z"""),
+    ],
+)
+def test_a_stray_quote_in_a_tag_is_a_character_like_any_other(line, expected):
+    # well-formed, carried as before quoted values could hold ">": a quote that closes no value
+    # does not stop the tag at its ">"
+    assert carried(line, [0, 1, 2, 3]) == expected
+
+
 def work(line: str) -> int:
     """Lines of nmt.text.markup run, and characters its word pattern reads, to parse `line` and
     carry its tags into eight target words: a count of the work, which a busy machine does not
@@ -142,8 +156,9 @@ def work(line: str) -> int:
         lambda n: " ".join(["<b>x</b>"] * n),  # siblings
         lambda n: "<b>" * n + "x " * n + "</b>" * n,  # nested, each pair around every word
         lambda n: " ".join(["x <br/> {0}"] * n),  # standalone tags
+        lambda n: " ".join(["""<b t="1>2" c=don't>x</b>"""] * n),  # attributes, quoted and stray quotes
     ],
-    ids=["siblings", "nested", "standalone"],
+    ids=["siblings", "nested", "standalone", "attributes"],
 )
 def test_the_work_of_carrying_grows_as_the_tags(shape):
     """Twice the tags, about twice the work (it grew as their square: 26,000 pairs took 574 s)."""

@@ -59,7 +59,8 @@ def test_a_sample_keeps_every_pairs_text_and_varies_its_pieces_by_seed(prepared,
     assert len(first) == len(data.train)  # the cache's pairs, in its order
     for side, tok in (("src", data.tokenizers.src), ("tgt", data.tokenizers.tgt)):
         cached, sampled = rows(getattr(data.train, side)), rows(getattr(first, side))
-        assert rows(getattr(again, side)) == sampled  # seeded: a resumed run draws the same
+        assert rows(getattr(again, side)) == sampled  # seeded: the same draw in one process (another
+        # process draws otherwise, whatever the seed: a resumed run reads its kept sample instead)
         assert rows(getattr(other, side)) != sampled
         assert sum(a != b for a, b in zip(cached, sampled, strict=True)) > len(cached) // 10
         assert tok.sp.decode(sampled) == tok.sp.decode(cached)  # the same text, other pieces

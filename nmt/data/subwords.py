@@ -32,6 +32,7 @@ from nmt.config import Config
 from nmt.data.corpus import CorpusWriter, EncodedCorpus, Side
 from nmt.data.tokenizer import Tokenizer, TokenizerPair
 from nmt.fileio import mismatch
+from nmt.jsonvalues import JSONError, read_json
 from nmt.vocab import UNK
 
 LAYOUT = "layout.json"  # written last into a sample's folder: what `EncodedCorpus.open` needs
@@ -96,13 +97,17 @@ def _sample_files(cached: Path, layout: dict, tokenizers: dict, sampling: Sampli
     partial.rename(out)
 
 
+def read_layout(folder: Path) -> dict:
+    """The layout of the epoch sample in `folder`, as its worker wrote it last."""
+    return read_json(folder / LAYOUT, {"files": dict})
+
+
 def damage(folder: Path) -> str | None:
     """Why the epoch sample in `folder` is not as its worker wrote it (its layout unreadable, a
     file missing, cut short or changed since), or None when it is whole."""
     try:
-        layout = json.loads((folder / LAYOUT).read_text(encoding="utf-8"))
-        return mismatch(folder, layout["files"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return mismatch(folder, read_layout(folder)["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, JSONError):
         return f"{folder / LAYOUT}: missing or unreadable"
 
 
@@ -145,7 +150,8 @@ class EpochSampler:
     def discard_damaged(self) -> list[str]:
         """A warning for each sample on disk (a resumed run's) that is not as written, removed
         so that its epoch is drawn again: the samples are nmt's own cache, rebuilt rather than
-        refused (a resume is then exact but for that epoch's pieces)."""
+        refused. A resume is then exact but for that epoch's pieces: drawn in another process,
+        they are not those drawn before, whatever the seed (see the module's docstring)."""
         warnings = []
         for folder in sorted(self.folder.glob("epoch-*")):
             if not folder.name.endswith(".partial") and (problem := damage(folder)):
@@ -180,5 +186,5 @@ class EpochSampler:
 
     def read(self, epoch: int) -> EncodedCorpus:
         """`epoch`'s sampled pairs (`draw` made them), memory-mapped."""
-        layout = json.loads((self.folder / f"epoch-{epoch}" / LAYOUT).read_text(encoding="utf-8"))
-        return EncodedCorpus.open(self.folder / f"epoch-{epoch}", layout)
+        folder = self.folder / f"epoch-{epoch}"
+        return EncodedCorpus.open(folder, read_layout(folder))

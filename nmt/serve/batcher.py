@@ -200,8 +200,9 @@ class Batcher:
             ids, truncated = translator.encode_sources(job.sentences)
             begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
             guides = job.constraints or [None] * len(ids)
+            beam = translator.keeps_beam(job.settings.nbest)
             steering = [
-                translator.steering(prefix, guide, row, f"sentence {i + 1}")
+                translator.steering(prefix, guide, row, f"sentence {i + 1}", beam)
                 for i, (prefix, guide, row) in enumerate(zip(begun, guides, ids, strict=True))
             ]
         except Exception as e:

@@ -13,7 +13,7 @@ from typing import Any
 from nmt.config import SAMPLING, TEMPERATURES  # the fields of "sample": true alone; temperature's range
 from nmt.decode.translator import Translation
 from nmt.errors import NMTError
-from nmt.jsonvalues import JSONError, parse_json
+from nmt.jsonvalues import MAX_DIGITS, JSONError, parse_json
 from nmt.serve.batcher import Settings
 from nmt.text.constraints import KEYS, Constraints
 from nmt.text.markup import Markup
@@ -75,7 +75,6 @@ FIELDS = (
 )
 MAX_SEED = 2**63 - 1
 MAX_DEPTH = 8  # arrays and objects inside one another; a request needs 2 ({"texts": [...]})
-MAX_DIGITS = 20  # digits of an integer literal: more fit no field (Python refuses over 4300)
 # What a sentence may not hold: control characters other than tab (line breaks have their own
 # message); lone surrogates never get this far (`_json_object` refuses them anywhere).
 NOT_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -111,10 +110,10 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         "seed": _integer(data, "seed", MAX_SEED, None, least=0),
     }
     settings = Settings(model, beam, nbest, max_len, sample, **sampling)
-    if constraints and (sample or max(beam, nbest) < 2):
-        raise RequestError(
-            422, "constraints: lexical constraints need beam search; ask for a beam of 2 or more"
-        )
+    steered = [i for i, c in enumerate(constraints or []) if c.include or c.avoid]
+    if steered and (sample or max(beam, nbest) < 2):  # a sentence without phrases takes any search
+        where = "text" if "text" in data else f"texts[{steered[0]}]"
+        raise RequestError(422, f"{where}: lexical constraints need beam search; ask for a beam of 2 or more")
     if markups:
         sentences = [m.plain for m in markups]
     return TranslateRequest(sentences, settings, attention, prefixes, constraints, markups)

@@ -21,6 +21,10 @@ from nmt.jsonvalues import check_value, parse_json
 from nmt.words import SPACE
 
 KEYS = ("constraints", "avoid")  # a JSON line's keys: the phrases to include, and to avoid
+# how to write a line of --constraints, and of --input-format jsonl: the fix of one that is not
+# JSON or nests too deep (a refusal with a fix of its own, a huge integer say, keeps that)
+FIX_CONSTRAINTS = 'write one JSON object per line: {"constraints": [...], "avoid": [...]}'
+FIX_INPUT = 'write one JSON object per line: {"text": "...", "constraints": [...], "avoid": [...]}'
 
 
 @dataclass
@@ -52,7 +56,7 @@ class Constraints:
     @classmethod
     def from_json(cls, line: str, where: str) -> Constraints:
         """A line of a constraints file (`nmt translate --constraints`); an empty line is none."""
-        return cls.parse(parse_json(line, where), where) if line.strip() else cls()
+        return cls.parse(parse_json(line, where, hint=FIX_CONSTRAINTS), where) if line.strip() else cls()
 
     @classmethod
     def from_input(cls, line: str, form: str, where: str) -> tuple[str, Constraints]:
@@ -62,7 +66,7 @@ class Constraints:
         if form == "tsv" or not line.strip():
             text, *phrases = line.split("\t")
             return text, cls(phrases)
-        value = parse_json(line, where)
+        value = parse_json(line, where, hint=FIX_INPUT)
         if not isinstance(value, dict) or not isinstance(value.get("text"), str):
             raise NMTError(
                 f'{where}: expected an object with "text" (a string), and "constraints" and/or "avoid"'

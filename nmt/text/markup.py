@@ -28,8 +28,9 @@ from nmt.errors import NMTError
 from nmt.words import WORD, merged_words
 
 # attribute values in quotes may hold ">" (not "<": each try to match stops at the next "<", so
-# matching is linear in the line)
-TAG = re.compile(r"""<(/?)([A-Za-z_][\w.:-]*)(\s(?:[^<>"']|"[^<"]*"|'[^<']*')*?)?(/?)>|\{\w*\}""")
+# matching is linear in the line); a quote that closes no value is a character like any other
+# (`<b class=don't>`), and the group is atomic, so a quoted value once read is never read again
+TAG = re.compile(r"""<(/?)([A-Za-z_][\w.:-]*)(\s(?>"[^<"]*"|'[^<']*'|[^<>])*?)?(/?)>|\{\w*\}""")
 
 
 @dataclass

@@ -116,6 +116,11 @@ class TextTranslator:
         other.shortlist = Shortlist.load(path, self.tok)
         return other
 
+    def keeps_beam(self, nbest: int) -> bool:
+        """Whether a search for `nbest` hypotheses keeps a beam (neither greedy nor sampling), as
+        lexical constraints need."""
+        return not (is_greedy(self.cfg, nbest) or self.cfg.sample)
+
     def max_len(self, src_len: int) -> int:
         """The output cap (EOS included) for a source of `src_len` ids."""
         cfg = self.cfg
@@ -183,7 +188,7 @@ class TextTranslator:
         sources: dict[int, tuple[list[int], bool]] = {}  # waiting: ids and whether they were cut
         steering: dict[int, tuple] = {}  # waiting: the target prefix, phrases to include and avoid
         remaining = aligned(lines, prefixes, constraints)
-        beam = not (is_greedy(self.cfg, nbest) or self.cfg.sample)
+        beam = self.keeps_beam(nbest)
 
         def windows() -> Iterator[Source]:
             start = 0
@@ -283,7 +288,7 @@ class TextTranslator:
         guide: Constraints | dict | None,
         ids: list[int],
         where: str,
-        beam: bool = True,
+        beam: bool,
     ) -> tuple[list[int], list[list[int]], list[list[int]], Avoiding | None, Any]:
         """What steers the search of the sentence of source `ids` (`Source`'s prefix, include,
         avoid, avoiding and vocabulary): its encoded target prefix, checked to leave room under

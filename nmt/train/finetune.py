@@ -91,11 +91,10 @@ def starting_point(cfg: Config) -> Start | None:
     return Start(path, state)
 
 
-def check_fit(model: torch.nn.Module, weights: dict[str, torch.Tensor], init_from: str) -> None:
-    """`weights` (those of the checkpoint `init_from`) are `model`'s (built from this run's
-    config): each of its parameters, of its shape, and nothing else. The first that is not is
-    named in one line, where load_state_dict would raise a page listing them all."""
-    path = resolve_checkpoint(Path(init_from))
+def check_fit(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """`weights` (those of the checkpoint at `path`, `Start.path`) are `model`'s (built from this
+    run's config): each of its parameters, of its shape, and nothing else. The first that is not
+    is named in one line, where load_state_dict would raise a page listing them all."""
     fix = "fine-tune with the model sizes its weights have (its own config), or from another checkpoint"
     expected = model.state_dict()
     for name, needed in expected.items():

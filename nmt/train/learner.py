@@ -20,7 +20,7 @@ from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.model.seq2seq import Seq2Seq, count_parameters
 from nmt.train import distributed
-from nmt.train.finetune import check_fit
+from nmt.train.finetune import Start, check_fit
 from nmt.train.graphs import DecoderGraphs, uses_graphs
 from nmt.train.loss import TokenLoss, batch_loss
 from nmt.train.precision import Precision
@@ -43,16 +43,17 @@ class Learner:
         vocab: tuple[int, int],
         device: torch.device,
         precision: Precision,
-        weights: dict[str, torch.Tensor] | None = None,
+        start: Start | None = None,
         resumed: tuple[dict[str, Any], Path] | None = None,
     ):
-        """`weights`: those the model starts from (fine-tuning), else it is initialised afresh;
-        `resumed`: a checkpoint and its path, whose weights, optimiser, schedule and scaler a
-        resumed run continues from."""
+        """`start`: the checkpoint whose weights the model starts from (fine-tuning), else it is
+        initialised afresh; `resumed`: a checkpoint and its path, whose weights, optimiser,
+        schedule and scaler a resumed run continues from."""
         self.cfg, self.model_cfg, self.device, self.precision = cfg.train, cfg.model, device, precision
         self.model = Seq2Seq(cfg.model, *vocab)
-        if weights is not None:
-            check_fit(self.model, weights, cfg.train.init_from)
+        if start is not None:
+            weights = start.weights()
+            check_fit(self.model, weights, start.path)
             self.model.load_state_dict(weights)
         self.model.to(device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)

@@ -60,7 +60,7 @@ class Trainer:
         self.validator = Validator(cfg, self.tok, valid.corpus, valid.pairs, self.device, self.precision)
         vocab = (len(self.tok.src), len(self.tok.tgt))
         resumed = checkpoint and (checkpoint, self.last)
-        self.learner = Learner(cfg, vocab, self.device, self.precision, start and start.weights(), resumed)
+        self.learner = Learner(cfg, vocab, self.device, self.precision, start, resumed)
         self.model = self.learner.model
         self.keeper = CheckpointKeeper.of(self.last.parent, train)
         self.window = LogWindow()  # the loss since the last log line

@@ -114,7 +114,8 @@ def test_the_search_keeps_each_source_to_its_shortlist(translator, shortlist_fil
     restricted = translator.shortlisted(shortlist_file)
     ids, _ = translator.encode_sources(LINES[:3])
     sources = [
-        Source(i, row, 20, *restricted.steering([], None, row, f"line {i}")) for i, row in enumerate(ids)
+        Source(i, row, 20, *restricted.steering([], None, row, f"line {i}", True))
+        for i, row in enumerate(ids)
     ]
     results = dict(search(translator.model, sources, translator.cfg, translator.fits, torch.device("cpu")))
     for i, row in enumerate(ids):

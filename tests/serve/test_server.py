@@ -230,6 +230,12 @@ def test_constrained_answers_equal_nmt_translate_with_constraints(server, model,
     assert all("19" in text and "-0" not in text for text, g in zip(served, guides, strict=True) if g)
     status, _, body = server.post({"text": chosen[0], "beam": 4, "constraints": ["1999 " * 30]})
     assert status == 422 and "sentence 1: the constraints (and prefix) need" in body["error"]
+    # Sentences without phrases take any search, as lines without constraints in nmt translate.
+    status, _, body = server.post({"texts": chosen[:2], "constraints": [[], []], "beam": 1})
+    assert status == 200 and "".join(t["text"] + "\n" for t in body["translations"]) == cli_translate(
+        model, chosen[:2], "--beam", "1"
+    )
+    assert server.post({"text": chosen[0], "avoid": [], "sample": True, "seed": 1})[0] == 200
 
 
 def test_tagged_answers_equal_nmt_translate_with_markup(server, model, lines):

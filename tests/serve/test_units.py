@@ -38,6 +38,16 @@ def test_defaults_come_from_the_first_model():
     assert parse({"text": "a"}).constraints is None
 
 
+def test_sentences_without_phrases_take_any_search():
+    # As `nmt translate` decodes a line without constraints greedily or sampling: only a sentence
+    # with phrases to include or avoid needs a beam.
+    req = parse({"text": "a", "constraints": [], "beam": 1})
+    assert req.settings.beam == 1 and req.constraints == [Constraints([], [])]
+    req = parse({"texts": ["a", "b"], "constraints": [[], []], "avoid": [[], []], "sample": True})
+    assert req.settings.sample and req.constraints == [Constraints([], [])] * 2
+    assert parse({"texts": ["a", "b"], "constraints": [[], []], "nbest": 1, "model": "second"}).constraints
+
+
 @pytest.mark.parametrize(
     "body,status,fragment",
     [
@@ -74,7 +84,13 @@ def test_defaults_come_from_the_first_model():
         ({"texts": ["a"], "avoid": [["c", None]]}, 422, "avoid[0]: must be a list of strings"),
         ({"text": "a", "constraints": ["x" * 11]}, 413, "constraints[0]: 11 characters, at most 10"),
         ({"text": "a", "constraints": ["b"], "beam": 1}, 422, "lexical constraints need beam search"),
-        ({"text": "a", "avoid": ["b"], "sample": True}, 422, "lexical constraints need beam search"),
+        ({"text": "a", "avoid": ["b"], "sample": True}, 422, "text: lexical constraints need beam search"),
+        (
+            {"texts": ["a", "b", "c"], "constraints": [[], [], ["d"]], "beam": 1},
+            422,
+            "texts[2]: lexical constraints need beam search; ask for a beam of 2 or more",
+        ),
+        ({"texts": ["a", "b"], "avoid": [[], ["c"]], "sample": True}, 422, "texts[1]: lexical constraints"),
         ({"text": "a", "top_k": 5}, 422, 'top_k: applies only when sampling; add "sample": true'),
         ({"text": "a", "sample": False, "seed": 5}, 422, "seed: applies only when sampling"),
         *[
