@@ -95,8 +95,6 @@ def decode(toolkit: str, python: str, work: Path, model: Path, beam: int, src: s
     lines = out.read_text(encoding="utf-8").splitlines()
     return {
         "toolkit": toolkit, "beam": beam, "src": src, "search": search, "sentences": len(lines),
-        "output_pieces_per_line": round(sum(len(line.split()) for line in lines) / len(lines), 2)
-        if toolkit == "onmt" else None,
         "decoder_row_steps_per_sentence": round(report["decoder_rows"] / len(lines), 1),
         "output_rows_per_sentence": round(report["output_rows"] / len(lines), 1),
         **per(report, len(lines), "sentence"),
