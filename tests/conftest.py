@@ -7,6 +7,10 @@ os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="nmt-hf-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="nmt-mpl-"))
+# Every core, fixed: nmt would take fewer threads while other processes run (nmt.machine), and
+# tests compare runs bit for bit, which holds only at one thread count (tests/test_machine.py
+# tests the choice itself).
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 import xml.etree.ElementTree as ET  # noqa: E402
 from pathlib import Path  # noqa: E402

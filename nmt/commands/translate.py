@@ -132,6 +132,9 @@ def run_translate(
     folders = {"--plot-attention": opts.plot_attention}
     check_outputs({"-o": output, "--attention": opts.attention}, inputs, folders)
     translator = load_engine(models, decode.overrides(), device, quantize, engine)
+    from nmt.machine import choose_threads  # torch: loaded with the engine, not with the command line
+
+    threads = "" if engine == "onnx" else choose_threads()[1]  # on a busy machine: the free cores
     if steering.shortlist:
         if quantize != "none":
             raise NMTError(
@@ -139,7 +142,8 @@ def run_translate(
             )
         translator = translator.shortlisted(steering.shortlist)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
-    return translate_files(translator, input, output, opts, quiet, steering)
+    summary = translate_files(translator, input, output, opts, quiet, steering)
+    return "\n".join(line for line in (threads if not quiet else "", summary) if line)
 
 
 def load_engine(

@@ -1,0 +1,56 @@
+"""nmt.machine: the threads a process takes on a busy machine, and the yardstick's parts."""
+
+import torch
+
+from nmt import machine
+
+
+def test_other_processes_running_are_the_runnable_threads_less_this_processs_own():
+    assert machine.others_running("0.50 0.40 0.30 3/412 9999", ["R", "S", "R"]) == 1
+    assert machine.others_running("0.50 0.40 0.30 2/412 9999", ["R", "R", "R"]) == 0  # never negative
+
+
+def test_free_cores_sees_a_busy_core_and_never_goes_below_one(monkeypatch):
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    for busy, free in ((0, 2), (1, 1), (5, 1)):
+        monkeypatch.setattr(machine, "others_running", lambda *_, busy=busy: busy)
+        assert machine.free_cores(samples=2, every=0) == free
+
+
+def test_a_decode_takes_the_users_threads_else_the_free_cores(monkeypatch):
+    cores = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(machine, "free_cores", lambda: 1)
+        monkeypatch.setenv("OMP_NUM_THREADS", str(cores))
+        assert machine.choose_threads() == (cores, "")  # the user's choice stands
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        threads, note = machine.choose_threads()
+        assert threads == torch.get_num_threads() == 1
+        assert ("busy" in note) == (cores > 1)
+    finally:
+        torch.set_num_threads(cores)
+
+
+def test_the_cpu_has_a_name():
+    assert machine.cpu_name().strip()
+
+
+def test_training_waits_passively_unless_the_user_chose(monkeypatch):
+    import nmt.__main__
+
+    for argv, chosen, expected in (
+        (["nmt", "train", "--help"], None, "PASSIVE"),
+        (["nmt", "train", "--help"], "ACTIVE", "ACTIVE"),
+        (["nmt", "configs"], None, None),
+    ):
+        if chosen is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", chosen)
+        monkeypatch.setattr("sys.argv", argv)
+        monkeypatch.setattr("nmt.allocator.restart_with_tcmalloc", lambda: None)
+        try:
+            nmt.__main__.main()
+        except SystemExit as stop:
+            assert stop.code in (0, None)
+        assert machine.os.environ.get("OMP_WAIT_POLICY") == expected
