@@ -106,7 +106,8 @@ def test_prefix_and_constraint_pieces_are_allowed_whatever_the_shortlist(transla
     results = restricted.translate(
         ["5. März 1990"] * 2, prefixes=[prefix, ""], constraints=[{}, {"constraints": [phrase]}], beam=3
     )
-    assert results[0].text == prefix  # then EOS: nothing else is allowed
+    # then only the prefix's own pieces (which the model may repeat), EOS or <unk>
+    assert results[0].text.startswith(prefix) and set(results[0].text) <= set(prefix)
     assert phrase in results[1].text and set(results[1].text) <= set(phrase)
 
 
