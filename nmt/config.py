@@ -659,9 +659,10 @@ def validate_corpora(cfg: Config, fail: Callable[[str, str], None]) -> None:
         if corpus.tag in SPECIAL_PIECES:
             fail(f"{key}.tag", f"{corpus.tag!r} is a special piece of every tokenizer; choose another tag")
         named = Path(corpus.dir or d.dir, corpus.train)
-        if named.resolve() in seen:  # d/base, d/base/ and ./d/base are one folder
+        folder = named.resolve()  # d/base, d/base/ and ./d/base are one folder
+        if folder in seen:
             fail(f"{key}.train", f"{named} is listed twice; give each corpus once, weighted")
-        seen.add(named.resolve())
+        seen.add(folder)
     if d.corpora and d.format != "text":
         fail("data.corpora", "several corpora are read from text files (data.format: text)")
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 YARDSTICK = (64, 512, 8000)  # a decoder step's output layer: rows x inner x vocabulary
+REPEATS = 30  # timed calls of each product; the median is reported
 
 
 def cpu_name() -> str:
@@ -43,7 +44,7 @@ def _milliseconds(product: Callable[[], torch.Tensor], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def yardstick(repeats: int = 30) -> dict[str, float]:
+def yardstick(repeats: int = REPEATS) -> dict[str, float]:
     """The 64 x 512 @ 512 x 8000 product's time in ms through each CPU backend torch offers:
     MKL (torch's default for fp32), oneDNN with a plain weight, oneDNN with the weight prepacked
     (nmt's decoding path; nmt/model/linear.py)."""
@@ -66,7 +67,7 @@ def yardstick_report() -> str:
     lines = [
         f"CPU: {cpu_name()} (torch kernels: {torch.backends.cpu.get_cpu_capability()}), "
         f"{torch.get_num_threads()} threads",
-        f"yardstick, the {rows} x {inner} @ {inner} x {vocab} product (median of 30):",
+        f"yardstick, the {rows} x {inner} @ {inner} x {vocab} product (median of {REPEATS}):",
     ]
     gflops = 2 * rows * inner * vocab / 1e9
     for name, ms in yardstick().items():

@@ -123,6 +123,19 @@ def one_line_error(result, *fragments: str) -> str:
     return lines[0]
 
 
+def refuse_reading(monkeypatch, path: Path) -> None:
+    """`path` cannot be read from now on (PermissionError), every other file as before: tests run
+    as root, whom no file mode stops, so the refusal is simulated."""
+    read_bytes = Path.read_bytes
+
+    def refused(self: Path) -> bytes:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+
+
 def tiny_config(data_dir: Path | str = "data", **sections) -> Config:
     """A small, fast model on the toy task; `sections` override whole config sections."""
     raw = {

@@ -3,7 +3,6 @@ the file and line, and a cache is complete or absent, never half-written."""
 
 import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from nmt.data import prepare as prepare_module
 from nmt.data.batching import collate, length_grouped_batches
 from nmt.data.prepare import prepare
 from nmt.vocab import BOS, EOS
+from tests.conftest import refuse_reading
 
 runner = CliRunner()
 PAIRS = 3_000
@@ -147,17 +147,10 @@ def test_a_cache_whose_meta_cannot_be_read_is_rebuilt(corpus, tmp_path, monkeypa
     meta.mkdir()  # a folder in its place
     data = prepare(cfg)
     assert not data.from_cache and len(data.train) == PAIRS and meta.is_file()
-    read_bytes = Path.read_bytes
-
-    def refused(path):  # tests run as root, whom no file mode stops: the refusal is simulated
-        if path == meta:
-            raise PermissionError(13, "Permission denied", str(path))
-        return read_bytes(path)
-
-    monkeypatch.setattr(Path, "read_bytes", refused)
+    refuse_reading(monkeypatch, meta)
     data = prepare(cfg)
     assert not data.from_cache and len(data.train) == PAIRS
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.undo()  # readable again
     assert prepare(cfg).from_cache
 
 

@@ -5,7 +5,6 @@ documents hypothesis makes up give a value or that one line, never another excep
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +18,7 @@ from nmt.errors import NMTError
 from nmt.jsonvalues import NUMBER, JSONError, check_value, parse_json, read_json
 from nmt.serve.requests import Limits, RequestError, parse_translate
 from nmt.text.constraints import Constraints
-from tests.conftest import one_line_error
+from tests.conftest import one_line_error, refuse_reading
 from tests.serve.hostile import any_json, deep, hostile_bodies, odd_strings, raw_json
 
 runner = CliRunner()
@@ -123,14 +122,7 @@ def test_cached_facts_that_cannot_be_read_are_a_fresh_start(tmp_path, monkeypatc
     fresh = {"checkpoint": checkpoint_identity(checkpoint), "sets": {}}
     facts.write_text(json.dumps({**fresh, "sets": {"test": {"seconds": 1}}}))
     assert cached_facts(facts, checkpoint)["sets"] == {"test": {"seconds": 1}}
-    read_bytes = Path.read_bytes
-
-    def refused(path):  # tests run as root, whom no file mode stops: the refusal is simulated
-        if path == facts:
-            raise PermissionError(13, "Permission denied", str(path))
-        return read_bytes(path)
-
-    monkeypatch.setattr(Path, "read_bytes", refused)
+    refuse_reading(monkeypatch, facts)
     assert cached_facts(facts, checkpoint) == fresh  # rebuilt, not refused
     facts.write_bytes(b"\xff{")
     monkeypatch.undo()
