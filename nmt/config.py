@@ -174,10 +174,15 @@ class TrainConfig:
     min_lr: float = setting(1e-6, "no schedule goes below this")
     max_steps: int = setting(10000, "stop after this many optimiser steps")
     max_epochs: int = setting(0, "stop after this many epochs; 0: no limit")
-    max_time: float = setting(0, "stop after this many seconds of wall-clock time; 0: no limit")
+    max_time: float = setting(
+        0, "stop after this many seconds of wall-clock time, what runs after included; 0: no limit"
+    )
     log_every: int = setting(50, "steps between training log lines")
     valid_every: int = setting(500, "steps between validations (and checkpoints)")
     valid_at_epoch_end: bool = setting(False, "also validate at the end of every epoch")
+    valid_share: float = setting(
+        0.0, "skip a validation that would take validating past this share of the time so far; 0: never"
+    )
     valid_subset: int = setting(
         0, "translate only this many validation pairs (a fixed seeded sample) for BLEU; 0: all"
     )
@@ -577,7 +582,12 @@ RANGES = {
         "model.attention.dropout",
         "train.momentum",
     ],
-    "fraction": ["train.label_smoothing", "train.teacher_forcing_ratio", "train.teacher_forcing_final"],
+    "fraction": [
+        "train.valid_share",
+        "train.label_smoothing",
+        "train.teacher_forcing_ratio",
+        "train.teacher_forcing_final",
+    ],
     "decay": ["train.decay_factor"],
     "coverage": ["tokenizer.character_coverage"],
     "ratio": ["data.max_ratio"],

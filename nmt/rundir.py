@@ -28,6 +28,7 @@ RESUMABLE_CHANGES = {
     "train.max_time",
     "train.log_every",
     "train.valid_every",
+    "train.valid_share",
     "train.patience",
     "train.keep_best",
     "train.average_last",

@@ -135,7 +135,7 @@ HEADS = {
         "model.decoder.input_feeding": True,
         **{"train.lr": 0.003, "train.schedule": "budget", "train.min_lr": 0.0, "train.label_smoothing": 0.1},
         **{"train.max_time": 1170.0, "train.max_steps": 20000, "train.valid_subset": 500},
-        **{"train.log_every": 100, "train.valid_every": 250},
+        **{"train.log_every": 100, "train.valid_every": 250, "train.valid_share": 0.05},
         **{"decode.beam": 5, "decode.max_len": 100, "decode.alpha": 1.0},
     },
     "iwslt-luong-dot.yaml": {
@@ -163,6 +163,10 @@ HUB = {
 MEMBERS = {
     "multi30k-en-de.yaml": ("multi30k-luong-dot.yaml", {"data.src_lang": "en", "data.tgt_lang": "de"}),
     "multi30k-en-fr.yaml": ("multi30k-luong-dot.yaml", {"data.src_lang": "en", "data.tgt_lang": "fr"}),
+    "multi30k-small.yaml": (
+        "multi30k-luong-dot.yaml",
+        {"model.encoder.hidden": 128, "model.decoder.hidden": 256},
+    ),
     "multi30k-hub-de-en.yaml": ("multi30k-luong-dot.yaml", HUB),
     "multi30k-hub-en-de.yaml": (
         "multi30k-luong-dot.yaml",

@@ -38,12 +38,14 @@ def refusal(tmp_path: Path, **env) -> subprocess.CompletedProcess:
 
 
 def test_a_wrong_setting_is_refused_before_anything_is_touched(tmp_path):
-    """A wrong model, a missing kit, or a work folder of someone else's (the script empties it)."""
+    """A wrong model, a missing kit, a phase it does not have, or a work folder of someone
+    else's (the script empties it)."""
     kit = tmp_path / "kit"
     (kit / "peer").mkdir(parents=True)
     cases = {
         "MODEL=bench or MODEL=large": {"MODEL": "huge"},
         "copy ../shared/gpu there": {"KIT": "/no/kit"},
+        "use budget, throughput, decode or bulk": {"KIT": str(kit), "PHASES": "budget bulky"},
         "holds files this script did not make": {"KIT": str(kit)},
     }
     for i, (says, env) in enumerate(cases.items()):

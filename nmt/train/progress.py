@@ -30,6 +30,8 @@ class Progress:
     bad_validations: int = 0  # since the last improvement, for early stopping
     skipped_steps: int = 0  # AMP overflow steps the scaler skipped
     valid_seconds: float = 0.0  # wall-clock seconds spent validating, every session included
+    last_valid_seconds: float = 0.0  # what the last validation took: the next one's estimate
+    slowest_valid_seconds: float = 0.0  # kept back from max_time for the last validation
     finished: str = ""  # why the run ended, once it has: a resume then has nothing to do
 
     @classmethod

@@ -71,6 +71,7 @@ class Trainer:
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)
         self.started = False  # whether this session's first step has begun (start-up is over)
+        self.speed_from: tuple[int, float, float] | None = None  # (step, clock, validating) at the first step
 
     def _restore(self, state: dict | None) -> list[str]:
         """The loss window and random state from a checkpoint (the learner took the rest);
@@ -131,7 +132,7 @@ class Trainer:
         while p.batch_in_epoch < len(batches) and not self.budget.spent():
             last = min(len(batches), p.batch_in_epoch + cfg.update_every)
             self._step([batches[k] for k in range(p.batch_in_epoch, last)])
-            if p.step % cfg.valid_every == 0:
+            if p.step % cfg.valid_every == 0 and self._validation_fits():
                 self.last_valid = self.validate()
                 if self.budget.patience_spent():
                     return
@@ -139,7 +140,7 @@ class Trainer:
         if p.batch_in_epoch >= len(batches):
             self.learner.schedule.on_epoch_end(p.epoch)
             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-            if cfg.valid_at_epoch_end and self.last_valid.get("step") != p.step:
+            if cfg.valid_at_epoch_end and self.last_valid.get("step") != p.step and self._validation_fits():
                 self.last_valid = self.validate()
 
     def _step(self, groups: list[list[int]]) -> None:
@@ -189,6 +190,21 @@ class Trainer:
             self.stop.started()
             self.started = True
             self.report.started(self.data_seconds)
+            if self.cfg.train.max_time:
+                p = self.progress
+                self.speed_from = (p.step, self.clock.elapsed(), p.valid_seconds)
+
+    def _validation_fits(self) -> bool:
+        """`Budget.validation_fits`, saying so in the log when it does not."""
+        if self.budget.validation_fits():
+            return True
+        p, share = self.progress, self.cfg.train.valid_share
+        spent = f"{p.valid_seconds:.0f} s so far, the last took {p.last_valid_seconds:.0f}"
+        self.report.log(
+            f"step {p.step}: validation skipped: with it, validating would pass train.valid_share, "
+            f"{share:g} of the time ({spent})"
+        )
+        return False
 
     def _log_window(self) -> None:
         """Loss, perplexity and speed over the steps since the last log line."""
@@ -198,6 +214,22 @@ class Trainer:
         self._read_skips()
         self.report.show_window(self.window.entry(nll, tokens, p, self.learner.schedule.lr))
         self.window = LogWindow()
+        if self.speed_from:
+            self._say_what_the_budget_buys()
+
+    def _say_what_the_budget_buys(self) -> None:
+        """At a session's first log line under `train.max_time`: the steps the budget buys at the
+        speed so far, so a slow machine shows at once that its budget buys few (docs/recipe.md
+        says which model suits such a budget)."""
+        (step, clock, validating), p = self.speed_from, self.progress
+        self.speed_from = None
+        seconds = self.clock.elapsed() - clock - (p.valid_seconds - validating)
+        if p.step > step and seconds > 0:
+            per_step = seconds / (p.step - step)
+            self.report.log(
+                f"train.max_time ({self.cfg.train.max_time:g} s) buys about "
+                f"{self.budget.steps_bought(per_step)} steps at this speed ({per_step:.3g} s a step)"
+            )
 
     def evaluate_model(self, attention: bool = False) -> tuple[dict[str, float], list[Translation]]:
         """Validation loss and scores of the current weights, and the translations."""
@@ -216,7 +248,8 @@ class Trainer:
         p.add_validation(value, improved)
         self.learner.schedule.on_validation(improved)
         seconds = time.perf_counter() - started
-        p.valid_seconds += seconds
+        p.valid_seconds, p.last_valid_seconds = p.valid_seconds + seconds, seconds
+        p.slowest_valid_seconds = max(p.slowest_valid_seconds, seconds)
         self.window.start += seconds  # not training time
         entry = {"step": p.step, "epoch": p.epoch, **scores, "valid_seconds": round(seconds, 2)}
         self.report.record(entry)

@@ -11,10 +11,19 @@
 #               then test_2016 greedy and beam 5: steps, target tokens/s, BLEU/chrF, decode time
 #   throughput  both train THROUGHPUT_S seconds (default 45) at batch BATCH (default 256), no
 #               validation: steps and target tokens/s
-#   decode      the throughput models translate 10,000 lines (test_2016 x 10): greedy and beam 5,
-#               batch 64 and 256, whole command, with the same search: raw log-probability
-#               ranking (OpenNMT-py's default; nmt's recipe ranks with a length penalty and so
-#               searches longer, for its exact stop) and outputs capped at 1.5 x source + 5
+#   decode      the budget phase's models (alike in quality; without that phase, the throughput
+#               phase's, said in the summary) translate 10,000 lines (test_2016 x 10): greedy and
+#               beam 5, batch 64 and 256, with the same search: raw log-probability ranking
+#               (OpenNMT-py's default; nmt's recipe ranks with a length penalty and so searches
+#               longer, for its exact stop) and outputs capped at 1.5 x source + 5
+#   bulk        (not in the default PHASES: about 4 more minutes) the same models and search,
+#               100,000 lines (test_2016 x 100) at beam 5, batch 256: back-translation's size
+# Every translation line gives the whole command, the start-up apart from it (a one-line input
+# through the same command, run after the first use of each model: imports, CUDA start, model
+# load, with the file cache warm), the decoding loop (the rest), and the pieces generated
+# (counted with the one SentencePiece model of the kit) a line and a second.
+# nmt validates in the budget phase as its recipe does: since 2026-11-28 train.valid_share 0.05
+# (earlier runs validated every 250 steps, 19% of a 120 s budget on an H200).
 # Results: $OUT/summary.txt, one line a figure. DEVICE=cpu makes a quick dry run on a machine
 # without a GPU (fp32, tiny budgets and sets: BUDGET_S=20 THROUGHPUT_S=15 TEST_LINES=30).
 set -u
@@ -29,12 +38,16 @@ esac
 [ "$MODEL" = bench ] || [ ${#ONMT_MODEL[@]} -gt 0 ] ||
   { echo "side_by_side.sh: could not read $HERE/onmt-large.yaml with $PY (PyYAML?)" >&2; exit 2; }
 [ -d "$KIT/peer" ] || { echo "side_by_side.sh: no kit at $KIT; copy ../shared/gpu there (its README says how)" >&2; exit 2; }
+PHASES=${PHASES:-budget throughput decode}
+for phase in $PHASES; do case $phase in budget|throughput|decode|bulk) ;;
+  *) echo "side_by_side.sh: PHASES names '$phase'; use budget, throughput, decode or bulk" >&2; exit 2 ;;
+esac; done
 O=${OUT:-/tmp/sbs-out}; W=${WORK:-/tmp/sbs}
 # WORK is emptied: only a folder this script made (its mark inside), or a new or empty one.
 [ ! -d "$W" ] || [ -e "$W/.side_by_side" ] || [ -z "$(ls -A "$W")" ] ||
   { echo "side_by_side.sh: WORK=$W holds files this script did not make; name a new folder" >&2; exit 2; }
 rm -rf "$W"; mkdir -p "$W" "$O"; touch "$W/.side_by_side"
-PHASES=${PHASES:-budget throughput decode}; TEST_LINES=${TEST_LINES:-1000}; BUDGET_S=${BUDGET_S:-120}; THROUGHPUT_S=${THROUGHPUT_S:-45}; BATCH=${BATCH:-256}
+TEST_LINES=${TEST_LINES:-1000}; BUDGET_S=${BUDGET_S:-120}; THROUGHPUT_S=${THROUGHPUT_S:-45}; BATCH=${BATCH:-256}
 GPUR="[0]"; ODT=fp16; NP=bf16; GFLAG="-gpu 0"
 [ "$DEVICE" = cuda ] || { GPUR="[]"; ODT=fp32; NP=fp32; GFLAG=""; }
 # The kit's wheels are for the device's Python 3.12; elsewhere put OpenNMT-py 3.5.1 into /tmp/sbs-site first.
@@ -83,7 +96,24 @@ print(f"{name}: rc {rc}, command {wall} s, {max(r.get('step', 0) for r in rows)}
 PY
 }
 translate() {  # $1 label, $2 toolkit, $3 model, $4 input (raw text), $5 beam, $6 batch, then nmt's options
-  local out=$W/$1.hyp a b rc; a=$(now)
+  local a b rc; a=$(now); run_translate "$@"; rc=$?; b=$(now)
+  [ -n "${STARTED[$2 $3]:-}" ] || {  # start-up, once a model: the same command on one line
+    head -n 1 "$4" > "$W/one.de"; encode "$W/one.de"; local c; c=$(now)
+    run_translate "start-$1" "$2" "$3" "$W/one.de" "${@:5}" || { say "$1: the one-line start-up run failed: $W/start-$1.log"; return; }
+    STARTED[$2 $3]=$(el $c $(now)); }
+  say "$1: rc $rc, command $(el $a $b) s, $(wc -l < "$W/$1.hyp") lines, $($PY - "$W/$1.hyp" "$W/data/spm8k.model" "$(el $a $b)" "${STARTED[$2 $3]}" <<'PY'
+import sys, sentencepiece as s
+path, model, wall, start = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+lines = open(path, encoding="utf-8").read().splitlines()
+pieces = sum(len(p) for p in s.SentencePieceProcessor(model_file=model).encode(lines)) + len(lines)  # + EOS
+loop = max(wall - start, 1e-9)
+print(f"start-up {start:.2f} s, loop {loop:.2f} s, {pieces / max(len(lines), 1):.2f} pieces a line, {pieces / loop:.0f} pieces/s in the loop")
+PY
+)"
+}
+declare -A STARTED
+run_translate() {  # translate()'s arguments; writes $W/$1.hyp
+  local out=$W/$1.hyp rc
   if [ "$2" = onmt ]; then
     local ex=""; [ "$5" = 1 ] && ex="-random_sampling_topk 1"
     $PY -m onmt.bin.translate -model "$3" -src "$4.sp" -output "$out.sp" -beam_size "$5" -batch_size "$6" -batch_type sents \
@@ -92,7 +122,7 @@ translate() {  # $1 label, $2 toolkit, $3 model, $4 input (raw text), $5 beam, $
   else
     $PY -m nmt translate -m "$3" -i "$4" -o "$out" --beam "$5" --batch-size "$6" --device $DEVICE -q "${@:7}" > "$W/$1.log" 2>&1; rc=$?
   fi
-  b=$(now); say "$1: rc $rc, command $(el $a $b) s, $(wc -l < "$out") lines"
+  return $rc
 }
 bleu() {  # labels...: BLEU and chrF on test_2016
   $PY - "$DATA/test_2016_flickr.en" "$W" "$@" >> "$O/summary.txt" <<'PY'
@@ -123,16 +153,19 @@ budget)
 throughput)
   onmt_train onmt-throughput "$THROUGHPUT_S" batch_size=$BATCH report_every=50 valid_steps=100000000
   nmt_train nmt-throughput "$THROUGHPUT_S" --set train.batch_size=$BATCH --set train.valid_every=100000 --set train.log_every=20 ;;
-decode)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5, nmt at 1.5 x each source (EOS
-         # included) + 4: alike, and rarely reached when both rank by raw log-probability
+decode|bulk)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5, nmt at 1.5 x each source
+              # (EOS included) + 4: alike, and rarely reached when both rank by raw log-probability
   SAME_SEARCH="--alpha 0 --length-penalty none --max-len 250 --max-len-ratio 1.5 --max-len-add 4"
-  [ -d "$W/nmt-throughput" ] || { say "decode needs the throughput phase"; continue; }
-  for i in 1 2 3 4 5 6 7 8 9 10; do cat "$W/test.de"; done > "$W/10k.de"; encode "$W/10k.de"
-  ck=$(ls -v "$W"/onmt-throughput/model_step_*.pt 2>/dev/null | tail -1)
-  [ -n "$ck" ] || { say "onmt-throughput saved no checkpoint: $W/onmt-throughput.log"; continue; }
-  for bb in "1 64" "5 64" "5 256"; do set -- $bb
-    translate onmt-10k-beam$1-batch$2 onmt "$ck" "$W/10k.de" $1 $2
-    translate nmt-10k-beam$1-batch$2 nmt "$W/nmt-throughput/checkpoints/last.pt" "$W/10k.de" $1 $2 $SAME_SEARCH
+  from=budget; [ -d "$W/nmt-budget" ] || from=throughput
+  [ -d "$W/nmt-$from" ] || { say "$phase needs the budget or the throughput phase"; continue; }
+  ck=$(ls -v "$W"/onmt-$from/model_step_*.pt 2>/dev/null | tail -1)
+  [ -n "$ck" ] || { say "onmt-$from saved no checkpoint: $W/onmt-$from.log"; continue; }
+  say "$phase: the $from phase's models"
+  if [ $phase = decode ]; then lines=10; runs=("1 64" "5 64" "5 256"); else lines=100; runs=("5 256"); fi
+  for ((i = 0; i < lines; i++)); do cat "$W/test.de"; done > "$W/$phase.de"; encode "$W/$phase.de"
+  for bb in "${runs[@]}"; do set -- $bb
+    translate onmt-$phase-beam$1-batch$2 onmt "$ck" "$W/$phase.de" $1 $2
+    translate nmt-$phase-beam$1-batch$2 nmt "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" $1 $2 $SAME_SEARCH
   done ;;
 esac; done
 cat "$O/summary.txt"

@@ -1,5 +1,6 @@
-"""When a run stops: each budget on its own, the tightest one's share, patience, and a finished
-run that a raised budget reopens."""
+"""When a run stops: each budget on its own, the tightest one's share, the last validation kept
+inside max_time, which validations fit valid_share, patience, and a finished run that a raised
+budget reopens."""
 
 import pytest
 import torch
@@ -43,6 +44,36 @@ def test_the_share_is_that_of_the_tightest_budget():
     assert b.share(epochs=3.0) == pytest.approx(0.75)
     p.step = 90
     assert b.share(epochs=1.0) == pytest.approx(0.9)
+
+
+def test_max_time_keeps_room_for_the_last_validation():
+    """A run stops when the last validation, costing what the previous one did, would end past
+    max_time; the budget schedule then reaches its end where training stops, not after it."""
+    b, p = budget(seconds=50.0, max_time=60)
+    assert b.spent() == ""
+    p.slowest_valid_seconds = 10.0
+    assert b.spent() == "reached train.max_time (60 s)"
+    p.finished = b.spent()
+    p.slowest_valid_seconds = 10.0  # a faster last validation does not shrink it
+    assert b.already_finished() == "reached train.max_time (60 s)"
+    b, p = budget(seconds=25.0, max_time=60)
+    p.slowest_valid_seconds = 10.0
+    assert b.share(epochs=0.0) == pytest.approx(0.5)  # 25 of the 50 s left for training
+    averaging, p = budget(seconds=25.0, max_time=60, average_last=3)
+    p.slowest_valid_seconds = 10.0
+    assert averaging.share(epochs=0.0) == pytest.approx(25 / 40)  # and as long for the average
+
+
+def test_valid_share_skips_validations_that_would_pass_it():
+    """Validating stays within the share of the time so far: the first validation always runs
+    (nothing to estimate by), later ones only while one more of the last's cost fits."""
+    assert budget(seconds=10.0)[0].validation_fits()  # 0: every scheduled validation runs
+    b, p = budget(seconds=100.0, valid_share=0.1)
+    assert b.validation_fits()
+    p.valid_seconds = p.last_valid_seconds = 6.0
+    assert not b.validation_fits()  # 6 + 6 > 10 of 100 s
+    b.clock.seconds = 130.0
+    assert b.validation_fits()  # 12 <= 13
 
 
 def test_patience_counts_validations_without_improvement():

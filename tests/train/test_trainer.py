@@ -17,7 +17,7 @@ from nmt.checkpoint import read_checkpoint
 from nmt.cli import app
 from nmt.config import TrainConfig
 from nmt.errors import NMTError
-from nmt.rundir import prepare_run_dir, read_metrics
+from nmt.rundir import prepare_run_dir, read_metrics, resume_config
 from nmt.train.loss import loss_sums, teacher_forcing_ratio
 from nmt.train.schedule import Schedule
 from nmt.train.trainer import Trainer
@@ -133,6 +133,30 @@ def test_early_stopping_keeps_best_and_averages(toy_dir, tmp_path):
     assert any("valid_bleu_averaged" in m for m in read_metrics(run))
 
 
+def test_valid_share_skips_validations_and_says_so(toy_dir, tmp_path):
+    """At a share no toy validation fits, the first still runs (the estimate comes from it),
+    the scheduled ones after it are skipped with a log line, and the last always runs."""
+    run = tmp_path / "v"
+    nmt_train(toy_dir, run, "train.max_steps=6", "train.valid_every=1", "train.valid_share=0.0001")
+    assert [m["step"] for m in read_metrics(run) if "valid_loss" in m] == [1, 6]
+    log = (run / "train.log").read_text()
+    assert log.count("validation skipped") == 4  # steps 2-5; 6 is the last
+    assert "step 2: validation skipped: with it, validating would pass train.valid_share, 0.0001 of" in log
+
+
+def test_a_time_budget_says_how_many_steps_it_buys(toy_dir, tmp_path):
+    """At the first log line (step 5), once: the steps an hour buys at the toy's speed."""
+    run = tmp_path / "b"
+    nmt_train(toy_dir, run, "train.max_steps=10", "train.max_time=3600")
+    bought = re.findall(
+        r"train.max_time \(3600 s\) buys about (\d+) steps at this speed \(([\d.e-]+) s a step\)",
+        (run / "train.log").read_text(),
+    )
+    assert len(bought) == 1
+    steps, per_step = int(bought[0][0]), float(bought[0][1])
+    assert steps == pytest.approx(5 + 3600 / per_step, rel=0.02)
+
+
 def test_budgets_stop_cleanly(toy_dir, tmp_path):
     result = nmt_train(toy_dir, tmp_path / "t", "train.max_steps=100000", "train.max_time=0.01")
     assert "reached train.max_time" in result.stdout
@@ -169,6 +193,8 @@ def test_the_final_line_says_what_the_budget_bought(toy_dir, tmp_path):
     assert "already finished" in again.stdout and "3.33 epochs" in again.stdout, again.output
     assert read_metrics(run) == before  # nothing trained, nothing logged
     assert state["progress"]["step"] == 10
+    # valid_share, like valid_every, may change on a resume: it alters when, not what
+    assert resume_config(run, None, ["train.valid_share=0.05"], write=False)[0].train.valid_share == 0.05
     more = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=15", "-q"])
     assert more.exit_code == 0 and "trained 15 steps" in more.stdout, more.output
     assert_resumed_at(run, before, state["progress"]["step"], log_every=5)
