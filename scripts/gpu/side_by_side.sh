@@ -97,19 +97,25 @@ PY
 }
 translate() {  # $1 label, $2 toolkit, $3 model, $4 input (raw text), $5 beam, $6 batch, then nmt's options
   local a b rc; a=$(now); run_translate "$@"; rc=$?; b=$(now)
-  [ -n "${STARTED[$2 $3]:-}" ] || {  # start-up, once a model: the same command on one line
-    head -n 1 "$4" > "$W/one.de"; encode "$W/one.de"; local c; c=$(now)
-    run_translate "start-$1" "$2" "$3" "$W/one.de" "${@:5}" || { say "$1: the one-line start-up run failed: $W/start-$1.log"; return; }
-    STARTED[$2 $3]=$(el $c $(now)); }
+  [ -n "${STARTED[$2 $3]:-}" ] || STARTED[$2 $3]=$(start_up "$@")
   say "$1: rc $rc, command $(el $a $b) s, $(wc -l < "$W/$1.hyp") lines, $($PY - "$W/$1.hyp" "$W/data/spm8k.model" "$(el $a $b)" "${STARTED[$2 $3]}" <<'PY'
 import sys, sentencepiece as s
-path, model, wall, start = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+path, model, wall, start = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 lines = open(path, encoding="utf-8").read().splitlines()
 pieces = sum(len(p) for p in s.SentencePieceProcessor(model_file=model).encode(lines)) + len(lines)  # + EOS
-loop = max(wall - start, 1e-9)
-print(f"start-up {start:.2f} s, loop {loop:.2f} s, {pieces / max(len(lines), 1):.2f} pieces a line, {pieces / loop:.0f} pieces/s in the loop")
+per_line = f"{pieces / max(len(lines), 1):.2f} pieces a line"
+if start == "failed":  # no start-up figure: the whole command only
+    print(f"start-up run failed, {per_line}, {pieces / wall:.0f} pieces/s in the whole command")
+else:
+    loop = wall - float(start)  # at or under 0: the input was too short to tell the loop from the start-up
+    rate = f"{pieces / loop:.0f} pieces/s in the loop" if loop > 0 else "the loop within the start-up's noise"
+    print(f"start-up {float(start):.2f} s, loop {max(loop, 0):.2f} s, {per_line}, {rate}")
 PY
 )"
+}
+start_up() {  # translate()'s arguments: the seconds of the same command on one line, or "failed"
+  head -n 1 "$4" > "$W/one.de"; encode "$W/one.de"; local c; c=$(now)
+  run_translate "start-$1" "$2" "$3" "$W/one.de" "${@:5}" && el $c $(now) || echo failed
 }
 declare -A STARTED
 run_translate() {  # translate()'s arguments; writes $W/$1.hyp
