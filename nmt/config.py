@@ -224,6 +224,11 @@ class DecodeConfig:
     top_k: int = setting(0, "sampling: only from the k most probable tokens (0: all)")
     top_p: float = setting(1.0, "sampling: only from the fewest tokens holding this much probability")
     seed: int = setting(1, "sampling: a sentence's draws follow from the seed and its text alone")
+    rows: Literal["auto", "fixed", "pooled"] = setting(
+        "auto",
+        "fixed: a pool of fixed rows read once every 8 steps, replayed as CUDA graphs on a GPU; "
+        "pooled: rows leave and join every step; auto: fixed on a GPU where the search allows",
+    )
 
 
 @dataclass

@@ -202,3 +202,53 @@ def test_validation_on_the_gpu_scores_what_it_scores_on_the_cpu(translating_mode
     assert on_gpu["valid_loss"] == pytest.approx(on_cpu["valid_loss"], rel=1e-4)
     # 60 short validation sentences: one near tie decided the other way moves BLEU by about 1.
     assert on_gpu["valid_bleu"] == pytest.approx(on_cpu["valid_bleu"], abs=2.0)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_fixed_rows_replayed_as_cuda_graphs_decode_as_the_eager_searches(
+    translating_model, toy_dir, beam, monkeypatch
+):
+    """The GPU's default search (`nmt.decode.rows`): each source bucket's window captured once and
+    replayed, sources long enough to change bucket mid-file, one wait for the GPU a window (and
+    what an encoder call costs), and the translations of the continuous pool on the same GPU and
+    of the CPU but for a rare near tie."""
+    import warnings
+
+    from nmt import Translator
+    from nmt.decode import rows
+    from nmt.model.seq2seq import Seq2Seq
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()
+    lines += [" ".join(lines[i : i + 4]) for i in range(0, 40, 4)]  # longer sources: more buckets
+    windows, encodes = [], []
+    run, encode = rows.Steps.run, Seq2Seq.encode
+
+    def watched(self, bucket, window):
+        run(self, bucket, window)
+        windows.append((bucket, bucket in (self.graphs or {})))
+
+    monkeypatch.setattr(rows.Steps, "run", watched)
+    monkeypatch.setattr(Seq2Seq, "encode", lambda *a: encodes.append(1) or encode(*a))
+    gpu = Translator.load(translating_model.last, device="cuda", beam=beam)
+    gpu.translate(lines[:3], attention=False)  # cuBLAS and the allocators set up
+    windows.clear()
+    encodes.clear()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            graphed = [t.text for t in gpu.translate(lines, attention=False)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= len(windows) + 3 * len(encodes), [str(w.message) for w in syncs[:5]]
+    buckets = {bucket for bucket, _ in windows}
+    assert len(buckets) > 1, windows
+    assert sum(replayed for _, replayed in windows) >= len(windows) - 2 * len(buckets), windows
+    pooled = [t.text for t in gpu.translate(lines, attention=False, rows="pooled")]
+    on_cpu = Translator.load(translating_model.last, device="cpu", beam=beam).translate(
+        lines, attention=False
+    )
+    for other in (pooled, [t.text for t in on_cpu]):
+        same = sum(g == o for g, o in zip(graphed, other, strict=True))
+        assert same >= 0.95 * len(lines), (same, len(lines))

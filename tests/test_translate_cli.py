@@ -83,7 +83,7 @@ def test_ensemble_with_different_vocabularies_is_refused(model, toy_dir, tmp_pat
     [
         (["--beam", "0"], "--beam"),
         (["--batch-type", "words"], "'words' is not one of 'sentences', 'tokens'"),
-        (["--bogus"], "No such option: --bogus (see nmt translate --help)"),
+        (["--xyzzy"], "No such option: --xyzzy (see nmt translate --help)"),
         (["-i", "missing.txt"], "file not found"),
         *[
             (["--sample", "--temperature", t], f"decode.temperature: must be in [0.001, 100], got {t}")

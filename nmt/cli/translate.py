@@ -27,6 +27,10 @@ BatchSizeOption = Annotated[
 BatchTypeOption = Annotated[
     Literal["sentences", "tokens"] | None, typer.Option(help="What --batch-size counts.")
 ]
+RowsOption = Annotated[
+    Literal["auto", "fixed", "pooled"] | None,
+    typer.Option(help="fixed: read the device every 8 steps, CUDA graphs on a GPU (auto: on a GPU)."),
+]
 AlphaOption = Annotated[float | None, typer.Option(min=0, metavar="FLOAT", help="Length penalty exponent.")]
 LengthPenaltyOption = Annotated[
     Literal["none", "avg", "gnmt"] | None, typer.Option(help="Length penalty formula.")
@@ -133,6 +137,7 @@ def translate(
     beam: BeamOption = None,
     batch_size: BatchSizeOption = None,
     batch_type: BatchTypeOption = None,
+    rows: RowsOption = None,
     alpha: AlphaOption = None,
     length_penalty: LengthPenaltyOption = None,
     coverage: CoverageOption = None,
@@ -198,6 +203,7 @@ def backtranslate(
     ] = "<BT>",
     beam: BeamOption = None,
     batch_size: BatchSizeOption = None,
+    rows: RowsOption = None,
     sample: SampleOption = None,
     temperature: TemperatureOption = None,
     top_k: TopKOption = None,
@@ -214,6 +220,7 @@ def backtranslate(
     decode = DecodeOptions(
         beam=beam,
         batch_size=batch_size,
+        rows=rows,
         sample=sample,
         temperature=temperature,
         top_k=top_k,

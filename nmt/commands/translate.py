@@ -30,6 +30,7 @@ class DecodeOptions:
     beam: int | None = None
     batch_size: int | None = None
     batch_type: str | None = None  # sentences or tokens
+    rows: str | None = None  # auto, fixed or pooled (nmt.decode.rows)
     alpha: float | None = None
     length_penalty: str | None = None  # none, avg or gnmt
     coverage: float | None = None

@@ -94,11 +94,11 @@ class Feed:
             self._ahead.append(source)
         return list(itertools.islice(self._ahead, n))
 
-    def take(self, count: int, longest: int) -> list[Source]:
-        """The next ready sources that fit beside `count` sentences whose longest source is
-        `longest` (an empty pool always admits one, however long)."""
+    def take(self, count: int, longest: int, limit: int | None = None) -> list[Source]:
+        """The next ready sources (at most `limit`) that fit beside `count` sentences whose
+        longest source is `longest` (an empty pool always admits one, however long)."""
         group: list[Source] = []
-        while next_one := self.upcoming(1):
+        while (limit is None or len(group) < limit) and (next_one := self.upcoming(1)):
             longer = max(longest, len(next_one[0].ids))
             if (count or group) and not self.fits(count + len(group) + 1, longer):
                 break
@@ -429,6 +429,74 @@ class Trail:
         """The tokens of live beam `beam`."""
         return self.path(self.survivors[-1][beam])[0] if self.tokens else []
 
+    def advance(self, record: list, weights: Tensor | None, cfg: DecodeConfig, nbest: int) -> bool:
+        """One step of this sentence's search, from its row of `Beams.records` (as lists) and
+        its beams' attention (K, S) when kept -> whether its search is over."""
+        tokens, parents, kept, top, (bound,), ends, (capped,) = record
+        self.tokens.append(tokens)
+        self.parents.append(parents)
+        self.survivors.append(kept)
+        if self.source.include:
+            self.progress = [self.offered[c] for c in kept]
+        if weights is not None:
+            self.weights.append(weights[:, : len(self.source.ids)])
+        for candidate, ended in enumerate(ends):
+            if ended:
+                self.finish(candidate, top[candidate], cfg, weights is not None)
+        met = [h for h in self.finished if not h.unmet] if self.source.steered else self.finished
+        return search_is_over(met, bound, capped, self.source.max_len, nbest, cfg)
+
+    def finish(self, candidate: int, log_prob: float, cfg: DecodeConfig, attention: bool) -> None:
+        """The last step's `candidate` as a finished hypothesis."""
+        tokens, rows = self.path(candidate)
+        att = torch.stack([self.weights[t][r] for t, r in enumerate(rows)]) if attention else None
+        score = final_score(log_prob, len(tokens), att, len(self.source.ids), cfg)
+        unmet = self.offered[candidate].unmet if self.source.include else 0
+        if self.source.avoiding:
+            unmet += self.source.avoiding.violations(tokens)
+        self.finished.append(Hypothesis(tokens, score, log_prob, att, unmet))
+
+    def best(self, nbest: int) -> list[Hypothesis]:
+        """The `nbest` best finished hypotheses, those meeting every constraint first."""
+        return sorted(self.finished, key=lambda h: (h.unmet, -h.score))[:nbest]
+
+
+def best_candidates(scores: Tensor, logp: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each sentence's best 2K candidates (B, 2K), best first, from its beams' `scores` (B, K)
+    and the step's log-probabilities (B*K, V): their scores, tokens and the beams they extend,
+    and each beam's own best tokens (B*K, 2K). The best 2K candidates overall are among each
+    beam's best 2K tokens."""
+    B = scores.size(0)
+    per_beam = min(2 * K, logp.size(-1))
+    beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
+    total = scores[:, :, None] + beam_logp.double().view(B, K, per_beam)
+    top, idx = total.view(B, K * per_beam).topk(min(2 * K, K * per_beam), dim=1)
+    return top, beam_token.view(B, K * per_beam).gather(1, idx), idx // per_beam, beam_token
+
+
+@dataclass
+class Beams:
+    """A step's outcome: the new beams and what the host records of the step."""
+
+    scores: Tensor  # (B, K) float64
+    y: Tensor  # (B*K,) their last tokens
+    parent_rows: Tensor  # (B*K,) the row each new beam extends, to reorder the state by
+    records: tuple[Tensor, ...]  # (B, ...) tokens, parents, survivors, top, bound, ends, at_cap
+
+
+def next_beams(top: Tensor, token: Tensor, origin: Tensor, at_cap: Tensor, K: int) -> Beams:
+    """The K best candidates that do not end in EOS become the beams; candidates among the best
+    K that end (in EOS, or at the length cap `at_cap` (B,)) are finished hypotheses."""
+    B, n = top.shape
+    position = torch.arange(n, device=top.device)
+    survivors = ((token == EOS).long() * n + position).topk(K, dim=1, largest=False).indices
+    ends = ((token == EOS) | at_cap[:, None]) & (position < K) & torch.isfinite(top)
+    scores = top.gather(1, survivors)
+    parent_rows = torch.arange(B, device=top.device)[:, None] * K + origin.gather(1, survivors)
+    bound = scores.max(1).values[:, None]
+    records = (token, origin, survivors, top, bound, ends, at_cap[:, None])
+    return Beams(scores, token.gather(1, survivors).flatten(), parent_rows.flatten(), records)
+
 
 class BeamPool(Pool):
     """K rows per sentence; a sentence leaves when `ranking.search_is_over`."""
@@ -468,59 +536,30 @@ class BeamPool(Pool):
         self.cut_output_layer()
 
     def step(self) -> Results:
-        B, K, cfg = len(self.live), self.K, self.cfg
+        K = self.K
         rows_at = self.positions.repeat_interleave(K)
-        histories = [tr.history(j) for tr in self.live for j in range(K)] if cfg.no_repeat_ngram else None
+        histories = (
+            [tr.history(j) for tr in self.live for j in range(K)] if self.cfg.no_repeat_ngram else None
+        )
         logp, state, w = self.log_probs(self.y, rows_at, histories)
         if self.steered:
             self.forbid(logp)
-        # The best 2K candidates overall are among each beam's own best 2K tokens.
-        per_beam = min(2 * K, logp.size(-1))
-        beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
-        total = self.scores[:, :, None] + beam_logp.double().view(B, K, per_beam)
-        n = min(2 * K, K * per_beam)
-        top, idx = total.view(B, K * per_beam).topk(n, dim=1)  # (B, n)
-        origin = idx // per_beam
-        token = beam_token.view(B, K * per_beam).gather(1, idx)
+        top, token, origin, beam_token = best_candidates(self.scores, logp, K)
         if self.steered:
             self.allocate(top, token, origin, logp, beam_token)
-        position = torch.arange(n, device=self.device)
-        survivors = ((token == EOS).long() * n + position).topk(K, dim=1, largest=False).indices
         self.positions += 1
-        at_cap = self.positions >= self.max_lens
-        ends = ((token == EOS) | at_cap[:, None]) & (position < K) & torch.isfinite(top)
-        self.scores = top.gather(1, survivors)
-        self.y = token.gather(1, survivors).flatten()
-        parent_rows = (
-            torch.arange(B, device=self.device)[:, None] * K + origin.gather(1, survivors)
-        ).flatten()
-        bound = self.scores.max(1).values[:, None]
-        host = fetch(token, origin, survivors, top, bound, ends, at_cap[:, None])
-        tokens, parents, kept, top_l, bound = (part.tolist() for part in host[:5])
-        ends, at_cap = host[5:]
-        weights = w.float().view(B, K, -1).cpu() if self.keep_attention else None
-        for i, trail in enumerate(self.live):
-            trail.tokens.append(tokens[i])
-            trail.parents.append(parents[i])
-            trail.survivors.append(kept[i])
-            if trail.source.include:
-                trail.progress = [trail.offered[c] for c in kept[i]]
-            if weights is not None:
-                trail.weights.append(weights[i, :, : len(trail.source.ids)])
-        for i, c in np.argwhere(ends).tolist():
-            self._finish(self.live[i], c, top_l[i][c])
-
+        beams = next_beams(top, token, origin, self.positions >= self.max_lens, K)
+        self.scores, self.y = beams.scores, beams.y
+        host = [part.tolist() for part in fetch(*beams.records)]  # the step's one read
+        weights = w.float().view(len(self.live), K, -1).cpu() if self.keep_attention else None
         keep = []
-        for i, (trail, capped) in enumerate(zip(self.live, at_cap[:, 0].tolist(), strict=True)):
-            met = [h for h in trail.finished if not h.unmet] if trail.source.steered else trail.finished
-            if search_is_over(met, bound[i][0], capped, trail.source.max_len, self.nbest, cfg):
-                yield (
-                    trail.source.key,
-                    sorted(trail.finished, key=lambda h: (h.unmet, -h.score))[: self.nbest],
-                )
+        for i, trail in enumerate(self.live):
+            att = None if weights is None else weights[i]
+            if trail.advance([part[i] for part in host], att, self.cfg, self.nbest):
+                yield trail.source.key, trail.best(self.nbest)
             else:
                 keep.append(i)
-        self._keep(keep, parent_rows, state)
+        self._keep(keep, beams.parent_rows, state)
 
     def forced(self) -> list[int]:
         return [_next(trail.source.prefix, len(trail.tokens)) for trail in self.live for _ in range(self.K)]
@@ -569,15 +608,6 @@ class BeamPool(Pool):
             token[i] = torch.tensor([c.token for c in row])
             origin[i] = torch.tensor([c.beam for c in row])
             trail.offered = [c.progress for c in row]
-
-    def _finish(self, trail: Trail, candidate: int, log_prob: float) -> None:
-        tokens, rows = trail.path(candidate)
-        att = torch.stack([trail.weights[t][r] for t, r in enumerate(rows)]) if self.keep_attention else None
-        score = final_score(log_prob, len(tokens), att, len(trail.source.ids), self.cfg)
-        unmet = trail.offered[candidate].unmet if trail.source.include else 0
-        if trail.source.avoiding:
-            unmet += trail.source.avoiding.violations(tokens)
-        trail.finished.append(Hypothesis(tokens, score, log_prob, att, unmet))
 
     def _keep(self, keep: list[int], parent_rows: Tensor, state) -> None:
         B, K = len(self.live), self.K

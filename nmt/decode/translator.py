@@ -15,6 +15,7 @@ from nmt.config import Config, DecodeConfig, decode_settings
 from nmt.data.batching import pad_sources
 from nmt.data.cleaning import normalize
 from nmt.data.tokenizer import TokenizerPair
+from nmt.decode import rows
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.forced import ForcedScore, forced_decode
 from nmt.decode.sampling import sample
@@ -126,10 +127,13 @@ class Translator(TextTranslator):
         return out  # type: ignore[return-value]
 
     def _decode_stream(
-        self, sources: Iterator[Source | None], nbest: int, attention: bool
+        self, sources: Iterator[Source | None], nbest: int, attention: bool, plain: bool = False
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
         """Continuous batching (`nmt.decode.search`, `nmt.decode.sampling`): the pool refills
-        from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples."""
+        from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples.
+        Plain sources on a GPU: fixed rows and CUDA graphs (`nmt.decode.rows`)."""
+        if plain and rows.suits(self.model, self.cfg, self.device, attention):
+            return rows.search(self.model, sources, self.cfg, self.fits, self.device, nbest)
         decode = sample if self.cfg.sample else search
         return decode(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 

@@ -122,6 +122,19 @@ class DecoderState:
         feed = None if self.feed is None else torch.cat([self.feed, other.feed])
         return DecoderState(torch.cat([self.h, other.h], 1), torch.cat([self.c, other.c], 1), feed)
 
+    def put(self, index: Tensor, other: DecoderState) -> None:
+        """In place: rows `index` take `other`'s rows (a fixed pool's new sentences)."""
+        self.h[:, index], self.c[:, index] = other.h, other.c
+        if self.feed is not None:
+            self.feed[index] = other.feed
+
+    def copy_(self, other: DecoderState) -> None:
+        """In place: every row takes `other`'s (a fixed pool keeps its state in one place)."""
+        self.h.copy_(other.h)
+        self.c.copy_(other.c)
+        if self.feed is not None:
+            self.feed.copy_(other.feed)
+
 
 class Decoder(Registry, nn.Module):
     def __init__(self, vocab_size: int, memory_dim: int, cfg: ModelConfig):

@@ -213,7 +213,8 @@ class TextTranslator:
             return Translation([], [], [], [""]) if entry is None else self.translation(*entry)
 
         next_out = 0
-        for i, hyps in self._decode_stream(windows(), nbest, attention):
+        plain = prefixes is None and constraints is None and self.shortlist is None
+        for i, hyps in self._decode_stream(windows(), nbest, attention, plain):
             done[i] = (*sources.pop(i), hyps)
             if progress:
                 progress(1)
@@ -384,11 +385,12 @@ class TextTranslator:
             yield batch
 
     def _decode_stream(
-        self, sources: Iterator[Source], nbest: int, attention: bool
+        self, sources: Iterator[Source], nbest: int, attention: bool, plain: bool = False
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
-        """(key, n-best hypotheses) for every source, in any order. This default decodes
-        consecutive sources in batches through `_decode`; an engine with continuous batching
-        replaces it."""
+        """(key, n-best hypotheses) for every source, in any order. `plain`: no source has a
+        target prefix, constraints or a shortlist, so an engine may take a path without them.
+        This default decodes consecutive sources in batches through `_decode`; an engine with
+        continuous batching replaces it."""
         waiting: dict[int, Source] = {}
 
         def keys() -> Iterator[int]:

@@ -15,7 +15,8 @@
 #               phase's, said in the summary) translate 10,000 lines (test_2016 x 10): greedy and
 #               beam 5, batch 64 and 256, with the same search: raw log-probability ranking
 #               (OpenNMT-py's default; nmt's recipe ranks with a length penalty and so searches
-#               longer, for its exact stop) and outputs capped at 1.5 x source + 5
+#               longer, for its exact stop) and outputs capped at 1.5 x source + 5; nmt also
+#               with --rows pooled (its search before fixed rows and CUDA graphs, issue 52)
 #   bulk        (not in the default PHASES: about 4 more minutes) the same models and search,
 #               100,000 lines (test_2016 x 100) at beam 5, batch 256: back-translation's size
 # Every translation line gives the whole command, the start-up apart from it (a one-line input
@@ -172,6 +173,8 @@ decode|bulk)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5, nmt at 
   for bb in "${runs[@]}"; do set -- $bb
     translate onmt-$phase-beam$1-batch$2 onmt "$ck" "$W/$phase.de" $1 $2
     translate nmt-$phase-beam$1-batch$2 nmt "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" $1 $2 $SAME_SEARCH
+    [ $phase = bulk ] || translate nmt-$phase-beam$1-batch$2-pooled nmt "$W/nmt-$from/checkpoints/last.pt" \
+      "$W/$phase.de" $1 $2 $SAME_SEARCH --rows pooled
   done ;;
 esac; done
 cat "$O/summary.txt"

@@ -1,0 +1,161 @@
+"""Fixed rows (`nmt.decode.rows`): the same hypotheses as the continuous pool at every window and
+pool size, across source-length buckets, with a window of steps that never waits for the device
+(what a CUDA graph may hold) and one read of the device a window."""
+
+import pytest
+import torch
+
+from nmt.config import DecodeConfig
+from nmt.decode import rows
+from nmt.decode.search import Feed, search
+from nmt.text.ranking import Source
+from nmt.vocab import EOS
+from tests.decode.test_host_traffic import PER_ENCODE, Counted, lasting
+from tests.decode.test_search import FLOAT32_SUMS, STYLES, V, make_model
+from tests.host_traffic import HostTraffic
+
+CPU = torch.device("cpu")
+
+
+def mixed_sources(count: int, longest: int, seed: int = 0) -> list[Source]:
+    """Sources of 1 to `longest` ids in random order, so that the pool's longest source grows
+    and shrinks across buckets while sentences join and leave."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, longest + 1, (count,), generator=g).tolist()
+    lengths[count // 2] = longest
+    items = []
+    for i, n in enumerate(lengths):
+        ids = torch.randint(4, V, (n,), generator=g).tolist()
+        items.append(Source(i, ids[:-1] + [EOS], n + 6))
+    return items
+
+
+def both(model, items, cfg, batch, nbest=1, window=rows.WINDOW):
+    fits = lambda sentences, _: sentences <= batch  # noqa: E731
+    pooled = dict(search(model, items, cfg, fits, CPU, nbest, attention=False))
+    fixed = dict(rows.search(model, items, cfg, fits, CPU, nbest, window))
+    assert sorted(fixed) == sorted(pooled) == list(range(len(items)))
+    return pooled, fixed
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("window", [1, 8])
+@pytest.mark.parametrize("batch", [2, 16])
+def test_fixed_rows_find_what_the_continuous_pool_finds(style, beam, window, batch):
+    model = make_model(STYLES[style], dtype=torch.float64)
+    cfg = DecodeConfig(beam=beam, alpha=0.6)
+    pooled, fixed = both(model, mixed_sources(40, 30), cfg, batch, nbest=beam, window=window)
+    for key, hyps in pooled.items():
+        assert [h.tokens for h in fixed[key]] == [h.tokens for h in hyps]
+        assert [h.score for h in fixed[key]] == pytest.approx([h.score for h in hyps], rel=FLOAT32_SUMS)
+        assert [h.log_prob for h in fixed[key]] == pytest.approx([h.log_prob for h in hyps], rel=FLOAT32_SUMS)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_memory_moves_between_buckets_as_sources_join_and_leave(beam, monkeypatch):
+    seen = []
+    rebucket = rows.FixedRows.rebucket
+
+    def recorded(self, longest, template):
+        rebucket(self, longest, template)
+        seen.append(self.bucket)
+
+    monkeypatch.setattr(rows.FixedRows, "rebucket", recorded)
+    model = make_model(STYLES["luong-if"], dtype=torch.float64)
+    pooled, fixed = both(model, mixed_sources(40, 30, seed=1), DecodeConfig(beam=beam), batch=4)
+    changes = [b for a, b in zip(seen, seen[1:], strict=False) if a != b]
+    assert any(b > a for a, b in zip(seen, seen[1:], strict=False)), seen  # grew
+    assert any(b < a for a, b in zip(seen, seen[1:], strict=False)), seen  # and shrank
+    assert len(changes) > 2
+    assert {k: [h.tokens for h in v] for k, v in fixed.items()} == {
+        k: [h.tokens for h in v] for k, v in pooled.items()
+    }
+
+
+def test_source_buckets_pad_by_at_most_a_third():
+    sizes = sorted({rows.source_bucket(n) for n in range(1, 300)})
+    assert sizes[:8] == [8, 12, 16, 24, 32, 48, 64, 96]
+    for n in range(9, 300):
+        assert n <= rows.source_bucket(n) <= 1.5 * n
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_window_never_waits_for_the_device_and_the_host_reads_once_a_window(beam, monkeypatch):
+    """What a CUDA graph may hold: nothing in a window reads the device or sends it host values
+    (counted on the CPU, `tests.host_traffic`); outside the windows, one read each and what
+    encoding the joining sentences costs."""
+    in_windows, windows = [], []
+    advance = rows.FixedRows.advance
+
+    def watched(self):
+        with HostTraffic() as seen:
+            advance(self)
+        in_windows.extend(seen.calls)
+        windows.append(self.window)
+
+    monkeypatch.setattr(rows.FixedRows, "advance", watched)
+    counted = Counted(lasting(STYLES["luong-if"]))
+    items = mixed_sources(30, 12)
+    with HostTraffic() as seen:
+        results = list(rows.search(counted, items, DecodeConfig(beam=beam), lambda n, _: n <= 8, CPU))
+    assert len(results) == len(items)
+    assert in_windows == []
+    assert counted.steps == sum(windows) and len(windows) > 3
+    assert seen.waits <= len(windows) + PER_ENCODE * counted.encodes, seen.calls
+
+
+def test_a_live_feed_with_nothing_ready_is_asked_again():
+    model = make_model(STYLES["luong"])
+    items = mixed_sources(6, 8)
+
+    def live():
+        for item in items:
+            yield None  # a server's queue between requests
+            yield item
+
+    results = dict(rows.search(model, live(), DecodeConfig(beam=2), lambda n, _: n <= 4, CPU))
+    assert sorted(results) == list(range(6))
+
+
+def test_steered_sources_are_refused():
+    model = make_model(STYLES["luong"])
+    item = Source(0, [5, 6, 2], 8, prefix=[7])
+    pool = rows.FixedGreedy(model, DecodeConfig(), CPU, rows.WINDOW)
+    with pytest.raises(ValueError, match="plain sources"):
+        list(pool.run(Feed([item], lambda n, _: True)))
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "attention", "chosen"),
+    [
+        ("auto", "cpu", False, False),  # the continuous pool wins on a CPU (docs/performance.md)
+        ("auto", "cuda", False, True),
+        ("fixed", "cpu", False, True),
+        ("fixed", "cpu", True, False),  # attention is kept a step at a time
+        ("pooled", "cuda", False, False),
+    ],
+)
+def test_fixed_rows_are_chosen_on_a_gpu_or_when_asked(setting, device, attention, chosen):
+    model = make_model(STYLES["luong"])
+    cfg = DecodeConfig(rows=setting)
+    assert rows.suits(model, cfg, torch.device(device), attention) is chosen
+    assert not rows.suits(model, DecodeConfig(rows=setting, no_repeat_ngram=2), torch.device(device), False)
+    assert not rows.suits(Counted(model), cfg, torch.device(device), False)  # not a plain Seq2Seq
+
+
+def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_model, toy_dir, monkeypatch):
+    from nmt import Translator
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:20]
+    translator = Translator.load(translating_model.last, device="cpu", beam=3, rows="fixed")
+    calls = []
+    fixed_search = rows.search
+    monkeypatch.setattr(rows, "search", lambda *a, **k: calls.append(1) or fixed_search(*a, **k))
+    fixed = [t.text for t in translator.translate(lines, attention=False)]
+    assert calls == [1]
+    pooled = [t.text for t in translator.translate(lines, attention=False, rows="pooled")]
+    assert fixed == pooled
+    translator.translate(lines, attention=False, prefixes=[""] * len(lines))  # may steer: pooled
+    translator.translate(lines)  # attention kept: pooled
+    assert calls == [1]
