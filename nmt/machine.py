@@ -32,9 +32,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _milliseconds(product: Callable[[], torch.Tensor], repeats: int) -> float:
-    """The median time of `product`, after a few calls that compile and warm it."""
-    for _ in range(3):
+def milliseconds(product: Callable[[], torch.Tensor], repeats: int, warm_up: int = 3) -> float:
+    """The median time of `product`, after `warm_up` calls that compile and warm it."""
+    for _ in range(warm_up):
         product()
     times = []
     for _ in range(repeats):
@@ -58,7 +58,7 @@ def yardstick(repeats: int = REPEATS) -> dict[str, float]:
         products["oneDNN"] = lambda: onednn(x, weight, None, "none", [], "")
         products["oneDNN prepacked"] = lambda: onednn(x, packed, None, "none", [], "")
     with torch.inference_mode():
-        return {name: _milliseconds(product, repeats) for name, product in products.items()}
+        return {name: milliseconds(product, repeats) for name, product in products.items()}
 
 
 def yardstick_report() -> str:

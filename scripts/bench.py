@@ -111,8 +111,10 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     from nmt.data.batching import collate, length_grouped_batches
     from nmt.data.prepare import prepare
     from nmt.model.seq2seq import Seq2Seq, count_parameters
+    from nmt.train.backends import BackendChoices
     from nmt.train.loss import TokenLoss, batch_loss
 
+    BackendChoices().install()  # as the trainer does: each weight gradient's backend measured, cached
     style, attention, feeding = CASES[name]
     directory, toy = data_dir()
     cfg = bench_config(style, attention, feeding, directory, toy)

@@ -158,8 +158,10 @@ def tiny_config(data_dir: Path | str = "data", **sections) -> Config:
 
 @pytest.fixture(scope="session", autouse=True)
 def _work_in_a_temp_dir(tmp_path_factory):
-    """Relative outputs (data/cache, runs/) land in a temp dir, never in the checkout."""
+    """Relative outputs (data/cache, runs/) land in a temp dir, never in the checkout, and so
+    does the cache of measured backends (`nmt.train.backends`), never in the user's home."""
     os.chdir(tmp_path_factory.mktemp("cwd"))
+    os.environ["NMT_CACHE_DIR"] = str(tmp_path_factory.mktemp("nmt-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -62,5 +62,8 @@ def env(
     typer.echo(environment_report())
     if bench:
         from nmt.machine import yardstick_report
+        from nmt.train.backends import choices_report
 
         typer.echo(yardstick_report())
+        if choices := choices_report():
+            typer.echo(choices)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -58,9 +59,29 @@ def drop_prepacked() -> None:
     _packed.clear()
 
 
+# A weight gradient, grad (R, N) and x (R, K) -> grad^T x (N, K), by each backend. Which is faster
+# depends on the machine, the shape and the threads (a 2-core Zen 1 EPYC, the output layer's: MKL
+# 132 ms against oneDNN's 209 at 2 threads, 301 against 259 at 1; docs/notes/performance-history.md
+# §18.2), so training measures it per shape (`nmt.machine.BackendChoices`).
+WEIGHT_GRADIENT: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "onednn": lambda grad, x: _onednn(grad.t(), x.t(), None),
+    "mkl": lambda grad, x: torch.mm(grad.t(), x),
+}
+
+
+def _onednn_always(rows: int, out: int, inner: int) -> str:
+    return "onednn"
+
+
+# (rows, out, inner) of a weight gradient -> its backend: oneDNN unless training installs a
+# measured choice (`nmt.machine.BackendChoices.install`).
+choose_weight_gradient: Callable[[int, int, int], str] = _onednn_always
+
+
 class OneDNNLinear(torch.autograd.Function):
-    """F.linear with all three products (output, input gradient, weight gradient) on oneDNN; a
-    parameter's two layouts are prepacked once a step, not at each of its calls."""
+    """F.linear with the output and the input gradient on oneDNN, a parameter's two layouts
+    prepacked once a step, not at each of its calls, and the weight gradient on the backend
+    `choose_weight_gradient` names."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -76,7 +97,7 @@ class OneDNNLinear(torch.autograd.Function):
         rows = grad.reshape(-1, grad.size(-1))
         weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
         grad_x = _onednn(grad, weight_t, None) if ctx.needs_input_grad[0] else None
-        grad_w = _onednn(rows.t(), x.reshape(-1, x.size(-1)).t(), None) if ctx.needs_input_grad[1] else None
+        grad_w = weight_gradient(rows, x.reshape(-1, x.size(-1))) if ctx.needs_input_grad[1] else None
         grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
@@ -92,6 +113,14 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
         and not torch.jit.is_tracing()
         and not torch.onnx.is_in_onnx_export()
     )
+
+
+def weight_gradient(grad: Tensor, x: Tensor) -> Tensor:
+    """A weight's gradient grad^T x, (R, N) and (R, K) -> (N, K): on the CPU on the backend
+    chosen for its shape (`choose_weight_gradient`), elsewhere torch.mm."""
+    if not onednn_applies(x, grad):
+        return torch.mm(grad.t(), x)
+    return WEIGHT_GRADIENT[choose_weight_gradient(*grad.shape, x.size(1))](grad, x)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool = True) -> Tensor:

@@ -16,6 +16,7 @@ from nmt.decode.translator import Translation
 from nmt.device import resolve_device
 from nmt.rundir import CHECKPOINTS, LAST
 from nmt.train import distributed
+from nmt.train.backends import BackendChoices
 from nmt.train.budget import Budget
 from nmt.train.checkpoints import CheckpointKeeper, restore_rng, rng_record, rng_state
 from nmt.train.epochs import Epochs, prepare_data
@@ -48,6 +49,11 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(train.seed + 1)  # teacher-forcing coins
         if resume and checkpoint is None:
             checkpoint = read_checkpoint(self.last)
+        self.backends = None  # on a CPU: each weight gradient's backend, measured (`train.backends`)
+        if self.device.type == "cpu":
+            recorded = checkpoint.get("backends") if checkpoint else None
+            self.backends = BackendChoices(recorded, measure=self.world == 1)
+            self.backends.install()
         self.progress = Progress.from_state(checkpoint["progress"]) if checkpoint else Progress()
         self.clock = Clock(self.progress, session_start)
         self.report = RunReport(self.run_dir, self.rank, quiet, self.clock)
@@ -280,6 +286,8 @@ class Trainer:
         self._read_skips()
         progress = vars(self.progress) | {"elapsed": self.clock.elapsed()}
         run = {"progress": progress, "window": self.window.sums(), "rng": rng_record(rng_states)}
+        if self.backends:
+            run["backends"] = self.backends.chosen
         self.learner.save(self.run_dir / CHECKPOINTS / name, self.cfg, self.tok, run)
 
     def _stop_if_asked(self) -> None:

@@ -1,0 +1,115 @@
+"""The weight gradient's backend, measured per machine (`nmt.train.backends`): both backends give
+F.linear's gradient, a shape is measured once and cached for the machine, a run records its
+choices and a resumed run computes with them."""
+
+import json
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.checkpoint import read_checkpoint
+from nmt.cli.app import app
+from nmt.errors import NMTError
+from nmt.model import linear
+from nmt.rundir import CHECKPOINTS, LAST
+from nmt.train import backends
+from nmt.train.backends import BackendChoices
+from tests.train.test_trainer import nmt_train, runner
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Each test its own machine cache, and linear's choice put back afterwards."""
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(backends.FORCED, raising=False)
+    monkeypatch.setattr(linear, "choose_weight_gradient", linear.choose_weight_gradient)
+
+
+@pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN")
+@pytest.mark.parametrize("backend", sorted(linear.WEIGHT_GRADIENT))
+def test_each_backend_gives_the_weight_gradient_of_f_linear(backend, monkeypatch):
+    monkeypatch.setattr(linear, "choose_weight_gradient", lambda *shape: backend)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 24, generator=g, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(40, 24, generator=g))
+    bias = torch.nn.Parameter(torch.randn(40, generator=g))
+    upstream = torch.randn(3, 7, 40, generator=g)
+    (linear.linear(x, weight, bias) * upstream).sum().backward()
+    ours = (x.grad, weight.grad, bias.grad)
+    x.grad = weight.grad = bias.grad = None
+    (F.linear(x, weight, bias) * upstream).sum().backward()
+    for mine, reference in zip(ours, (x.grad, weight.grad, bias.grad), strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_shape_is_measured_once_and_cached_for_the_machine(monkeypatch):
+    calls = []
+
+    def timed(rows, out, inner):
+        calls.append((rows, out, inner))
+        return {"onednn": 2.0, "mkl": 1.0}
+
+    monkeypatch.setattr(backends, "time_backends", timed)
+    choices = BackendChoices()
+    assert choices.choose(900, 800, 512) == "mkl"
+    assert choices.choose(1000, 800, 512) == "mkl"  # the same bucket: not measured again
+    assert calls == [(1024, 800, 512)]
+    cached = json.loads(backends.cache_file().read_text())[backends.machine_key()]
+    assert cached == {"1024 x 800 x 512": {"choice": "mkl", "ms": {"onednn": 2.0, "mkl": 1.0}}}
+
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: pytest.fail("measured again"))
+    assert BackendChoices().choose(600, 800, 512) == "mkl"  # another process on this machine
+    line = r"\n  1024 x 800 x 512 +mkl +\(mkl 1.00 ms, onednn 2.00 ms\)$"
+    assert re.search(line, backends.choices_report())
+
+
+def test_a_real_measurement_times_both_backends_and_keeps_the_faster():
+    choices = BackendChoices()
+    choice = choices.choose(30, 64, 48)
+    entry = json.loads(backends.cache_file().read_text())[backends.machine_key()]["32 x 64 x 48"]
+    assert set(entry["ms"]) == set(linear.WEIGHT_GRADIENT) and all(ms > 0 for ms in entry["ms"].values())
+    assert choice == entry["choice"] == min(entry["ms"], key=entry["ms"].get)
+
+
+def test_recorded_choices_win_and_the_environment_wins_over_all(monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 1.0, "mkl": 2.0})
+    choices = BackendChoices({"64 x 800 x 512": "mkl"})
+    assert choices.choose(64, 800, 512) == "mkl"  # a resumed run: what it computed with
+    assert choices.choose(64, 800, 256) == "onednn"  # a shape it had not met: measured
+    assert BackendChoices(measure=False).choose(8, 8, 8) == "onednn"  # no cache, no measuring
+    monkeypatch.setenv(backends.FORCED, "mkl")
+    assert BackendChoices({"64 x 800 x 512": "onednn"}).choose(64, 800, 512) == "mkl"
+    monkeypatch.setenv(backends.FORCED, "blas")
+    with pytest.raises(NMTError, match="NMT_WEIGHT_GRADIENT=blas is not a backend; use one of onednn, mkl"):
+        BackendChoices()
+
+
+def test_an_unwritable_cache_leaves_the_choice_to_this_process(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("NMT_CACHE_DIR", str(blocker / "under-a-file"))
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    assert BackendChoices().choose(64, 8, 8) == "mkl"
+
+
+def test_a_run_records_its_choices_and_a_resumed_run_keeps_them(toy_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    run = tmp_path / "run"
+    nmt_train(toy_dir, run, "train.max_steps=4", "train.valid_every=4", "train.device=cpu")
+    recorded = read_checkpoint(run / CHECKPOINTS / LAST)["backends"]
+    assert recorded and set(recorded.values()) == {"mkl"}
+
+    seen = []
+    install = BackendChoices.install
+    monkeypatch.setattr(
+        BackendChoices, "install", lambda self: seen.append(dict(self.chosen)) or install(self)
+    )
+    backends.cache_file().unlink()  # the machine forgot; the run did not
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 1.0, "mkl": 2.0})
+    resumed = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_steps=8", "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    assert seen == [recorded]
+    after = read_checkpoint(run / CHECKPOINTS / LAST)["backends"]  # with any shape met since
+    assert {key: after[key] for key in recorded} == recorded
