@@ -88,6 +88,7 @@ class Steps:
     elsewhere eagerly, through the same function."""
 
     def __init__(self, device: torch.device):
+        self.device = device
         self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if device.type == "cuda" else None
         self.warm: set[int] = set()
         self.pool = None  # the graphs' shared memory pool
@@ -96,12 +97,20 @@ class Steps:
         if self.graphs is None:
             window()
             return
+        with torch.cuda.device(self.device):  # streams and captures on the pool's GPU
+            self._run_on_gpu(bucket, window)
+
+    def _run_on_gpu(self, bucket: int, window: Callable[[], None]) -> None:
         if graph := self.graphs.get(bucket):
             graph.replay()
             return
-        if bucket not in self.warm:
+        if bucket not in self.warm:  # as torch's docs ask: warmed up on a side stream
             self.warm.add(bucket)
-            window()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                window()
+            torch.cuda.current_stream().wait_stream(side)
             return
         graph = torch.cuda.CUDAGraph()
         try:
