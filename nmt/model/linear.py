@@ -60,9 +60,10 @@ def drop_prepacked() -> None:
 
 
 # A weight gradient, grad (R, N) and x (R, K) -> grad^T x (N, K), by each backend. Which is faster
-# depends on the machine, the shape and the threads (a 2-core Zen 1 EPYC, the output layer's: MKL
-# 132 ms against oneDNN's 209 at 2 threads, 301 against 259 at 1; docs/notes/performance-history.md
-# §18.2), so training measures it per shape (`nmt.machine.BackendChoices`).
+# depends on the machine, the shape and the threads (a 2-core Zen 1 EPYC, the output layer's at
+# 1,024 rows: MKL 125 ms against oneDNN's 147 at 2 threads, 251 against 249 at 1;
+# docs/notes/performance-history.md §20), so training measures it per shape
+# (`nmt.train.backends.BackendChoices`).
 WEIGHT_GRADIENT: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "onednn": lambda grad, x: _onednn(grad.t(), x.t(), None),
     "mkl": lambda grad, x: torch.mm(grad.t(), x),
@@ -74,7 +75,7 @@ def _onednn_always(rows: int, out: int, inner: int) -> str:
 
 
 # (rows, out, inner) of a weight gradient -> its backend: oneDNN unless training installs a
-# measured choice (`nmt.machine.BackendChoices.install`).
+# measured choice (`nmt.train.backends.BackendChoices.install`).
 choose_weight_gradient: Callable[[int, int, int], str] = _onednn_always
 
 

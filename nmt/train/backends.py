@@ -2,8 +2,9 @@
 at hand rather than guessed by vendor.
 
 Why: the fastest differs by machine, shape and threads. On a 2-core Zen 1 EPYC the output
-layer's weight gradient took 132 ms through MKL and 209 through oneDNN at 2 threads, 301 and 259
-at 1; on a 2-core Xeon MKL won it 28 ms to 47-53 (docs/notes/performance-history.md §9, §18.2).
+layer's weight gradient (1,024 rows) took 125 ms through MKL and 147 through oneDNN at 2 threads,
+251 and 249 at 1, and the decoder cell's went to oneDNN at both; on a 2-core Xeon MKL won the
+output layer's 28 ms to 47-53 (docs/notes/performance-history.md §9.1, §20).
 The first time a shape (rows rounded up to a power of two) runs, both backends are timed, as
 cuDNN's benchmark mode does, and the faster is kept for the process and in a cache for the
 machine (its CPU, torch build and thread count), so every run there chooses alike; a run records
