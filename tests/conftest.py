@@ -164,6 +164,17 @@ def _work_in_a_temp_dir(tmp_path_factory):
     os.environ["NMT_CACHE_DIR"] = str(tmp_path_factory.mktemp("nmt-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _weight_gradients_put_back():
+    """A CPU training installs its measured backend choices for the process
+    (`nmt.train.backends`): each test starts from, and leaves, the default."""
+    from nmt.model import linear
+
+    before = linear.choose_weight_gradient
+    yield
+    linear.choose_weight_gradient = before
+
+
 @pytest.fixture(scope="session")
 def toy_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("toy")

@@ -16,7 +16,6 @@ graph; the rows' state, tokens and the window's records are shared by all.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 
 import torch
@@ -35,12 +34,11 @@ from nmt.decode.search import (
     next_beams,
 )
 from nmt.device import to_device
+from nmt.errors import NMTError
 from nmt.model.decoder import DecoderState, Memory
 from nmt.model.seq2seq import Seq2Seq
 from nmt.text.ranking import NEG_INF, Hypothesis, Source, beam_width, final_score, is_greedy
 from nmt.vocab import BOS, EOS, PAD
-
-log = logging.getLogger(__name__)
 
 WINDOW = 8  # steps between two reads of the device
 
@@ -49,8 +47,10 @@ def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: 
     """Whether `search` here decodes: asked for (`decode.rows`: fixed, or auto on a GPU), a
     single plain model, and nothing the host must look at every step (attention to keep, the
     coverage penalty, n-gram bans). The caller also promises sources without a target prefix,
-    constraints or a shortlist."""
-    wanted = cfg.rows == "fixed" or (cfg.rows == "auto" and device.type == "cuda")
+    constraints or a shortlist. A batch counted in tokens stays on the continuous pool: the
+    first group (a window's shortest sentences) would size the pool for every longer one."""
+    asked = cfg.rows == "fixed" or (cfg.rows == "auto" and device.type == "cuda")
+    wanted = asked and cfg.batch_type == "sentences"
     per_step = attention or cfg.coverage > 0 or cfg.no_repeat_ngram > 0 or cfg.sample
     plain = isinstance(model, Seq2Seq) and not model.decoder.quantized
     return wanted and plain and not per_step
@@ -92,6 +92,9 @@ class Steps:
         self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if device.type == "cuda" else None
         self.warm: set[int] = set()
         self.pool = None  # the graphs' shared memory pool
+        # warm-ups and captures on a stream of the pool's GPU: torch's default capture stream
+        # belongs to whichever GPU first captured in this process
+        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def run(self, bucket: int, window: Callable[[], None]) -> None:
         if self.graphs is None:
@@ -106,21 +109,19 @@ class Steps:
             return
         if bucket not in self.warm:  # as torch's docs ask: warmed up on a side stream
             self.warm.add(bucket)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
                 window()
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self.side)
             return
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.side):
                 window()
-        except RuntimeError as error:  # nothing ran: decode on without graphs
-            log.warning("decoding without CUDA graphs: capturing a step failed (%s)", error)
-            self.graphs = None
-            window()
-            return
+        except RuntimeError as error:
+            raise NMTError(
+                f"capturing a decoding step as a CUDA graph failed ({error}); decode with --rows pooled"
+            ) from None
         self.pool = graph.pool()
         self.graphs[bucket] = graph
         graph.replay()
@@ -136,7 +137,7 @@ class FixedRows(Pool):
         super().__init__(model, cfg, device, keep_attention=False)
         self.window = window
         self.steps = Steps(device)
-        self.blocks: list = []  # per block: its sentence's record, None while free
+        self.blocks: list[Sentence | Trail | None] = []  # per block: its sentence's record, or None
         self.memories: dict[int, Memory] = {}  # per source bucket: the memory buffers
         self.bucket = 0
 

@@ -6,7 +6,8 @@ layer's weight gradient (1,024 rows) took 125 ms through MKL and 147 through one
 251 and 249 at 1, and the decoder cell's went to oneDNN at both; on a 2-core Xeon MKL won the
 output layer's 28 ms to 47-53 (docs/notes/performance-history.md §9.1, §20).
 The first time a shape (rows rounded up to a power of two) runs, both backends are timed, as
-cuDNN's benchmark mode does, and the faster is kept for the process and in a cache for the
+cuDNN's benchmark mode does, and MKL is kept where it takes under 90% of oneDNN's time (closer
+calls stay on oneDNN, as before), for the process and in a cache for the
 machine (its CPU, torch build and thread count), so every run there chooses alike; a run records
 its choices, so a resumed run computes with the same backends and stays bit-identical.
 `NMT_WEIGHT_GRADIENT=onednn|mkl` chooses for every shape.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -26,7 +28,9 @@ from nmt.machine import cpu_name, milliseconds
 from nmt.model import linear
 
 FORCED = "NMT_WEIGHT_GRADIENT"
+DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
 REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
+MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
 
 
 def cache_file() -> Path:
@@ -54,11 +58,23 @@ def shape_key(rows: int, out: int, inner: int) -> str:
 
 
 def read_cache() -> dict:
-    """Every machine's cached choices ({} when there are none or the file is unreadable)."""
+    """Every machine's cached choices ({} when there are none, or the file is unreadable or not
+    what this module writes)."""
     try:
-        return json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cache = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home directory to find
         return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def known(choice: object) -> bool:
+    return isinstance(choice, str) and choice in linear.WEIGHT_GRADIENT
+
+
+def faster(timings: dict[str, float]) -> str:
+    """The backend to keep: the default unless another takes under `MARGIN` of its time."""
+    best = min(timings, key=timings.__getitem__)
+    return best if timings[best] < MARGIN * timings[DEFAULT] else DEFAULT
 
 
 def time_backends(rows: int, out: int, inner: int) -> dict[str, float]:
@@ -74,53 +90,64 @@ def time_backends(rows: int, out: int, inner: int) -> dict[str, float]:
 
 
 class BackendChoices:
-    """The weight-gradient backend of each shape for one training process: the run's recorded
-    choices first, then the machine's cache, then a measurement (when `measure`; else oneDNN)."""
+    """The weight-gradient backend of each shape for one training process: `forced` (else the
+    environment's) for every shape, else the run's recorded choices, then the machine's cache,
+    then a measurement (when `measure`; else the default). Every choice made is recorded."""
 
-    def __init__(self, recorded: dict[str, str] | None = None, measure: bool = True):
-        self.chosen: dict[str, str] = dict(recorded or {})
+    def __init__(self, recorded: dict[str, str] | None = None, measure: bool = True, forced: str = ""):
+        self.chosen = {key: choice for key, choice in (recorded or {}).items() if known(choice)}
         self.measure = measure
-        self.forced = os.environ.get(FORCED, "")
-        if self.forced and self.forced not in linear.WEIGHT_GRADIENT:
+        self.forced = forced or os.environ.get(FORCED, "")
+        if self.forced and not known(self.forced):
             names = ", ".join(linear.WEIGHT_GRADIENT)
             raise NMTError(f"{FORCED}={self.forced} is not a backend; use one of {names}, or unset it")
+
+    @classmethod
+    def for_run(cls, checkpoint: dict | None, measure: bool) -> BackendChoices:
+        """A fresh run's choices, or a resumed run's: those it recorded, and for a run from
+        before choices were recorded, the default everywhere (what it computed with)."""
+        if checkpoint and "backends" not in checkpoint:
+            return cls(forced=DEFAULT)
+        return cls(checkpoint.get("backends") if checkpoint else None, measure)
 
     def install(self) -> None:
         """From now on, every weight gradient of this process goes where `choose` says."""
         linear.choose_weight_gradient = self.choose
 
     def choose(self, rows: int, out: int, inner: int) -> str:
-        if self.forced:
-            return self.forced
         key = shape_key(rows, out, inner)
         if key not in self.chosen:
-            self.chosen[key] = self._cached_or_measured(key, rows, out, inner)
-        return self.chosen[key]
+            self.chosen[key] = self.forced or self._cached_or_measured(key, rows, out, inner)
+        return self.forced or self.chosen[key]
 
     def _cached_or_measured(self, key: str, rows: int, out: int, inner: int) -> str:
         cache = read_cache()
-        entry = cache.get(machine_key(), {}).get(key)
-        if entry is None:
-            if not self.measure:
-                return "onednn"
-            timings = time_backends(rows_bucket(rows), out, inner)
-            entry = {"choice": min(timings, key=timings.__getitem__), "ms": timings}
-            cache.setdefault(machine_key(), {})[key] = entry
-            try:
-                cache_file().parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(cache_file(), json.dumps(cache, indent=1, sort_keys=True) + "\n")
-            except OSError:  # a read-only home: the choice still holds for this process
-                pass
-        return entry["choice"]
+        mine = cache.get(machine_key())
+        mine = mine if isinstance(mine, dict) else {}
+        entry = mine.get(key)
+        if isinstance(entry, dict) and known(entry.get("choice")):
+            return entry["choice"]
+        if not self.measure:
+            return DEFAULT
+        timings = time_backends(rows_bucket(rows), out, inner)
+        choice = faster(timings)
+        cache[machine_key()] = mine | {key: {"choice": choice, "ms": timings}}
+        try:
+            cache_file().parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(cache_file(), json.dumps(cache, indent=1, sort_keys=True) + "\n")
+        except (OSError, NMTError, RuntimeError):  # no home, read-only, a full disk: still chosen here
+            pass
+        return choice
 
 
 def choices_report() -> str:
     """`nmt env --bench`: this machine's cached choices, one line a shape ('' when none)."""
-    entries = read_cache().get(machine_key(), {})
-    if not entries:
+    entries = read_cache().get(machine_key())
+    if not isinstance(entries, dict) or not entries:
         return ""
     lines = [f"weight gradients, measured when training first met them ({cache_file()}):"]
-    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]):
-        times = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry["ms"].items()))
-        lines.append(f"  {key:20} {entry['choice']:7} ({times})")
+    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in re.findall(r"\d+", item[0])]):
+        entry = entry if isinstance(entry, dict) else {}
+        timings = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry.get("ms", {}).items()))
+        lines.append(f"  {key:20} {entry.get('choice', '?'):7} ({timings})")
     return "\n".join(lines)

@@ -51,8 +51,7 @@ class Trainer:
             checkpoint = read_checkpoint(self.last)
         self.backends = None  # on a CPU: each weight gradient's backend, measured (`train.backends`)
         if self.device.type == "cpu":
-            recorded = checkpoint.get("backends") if checkpoint else None
-            self.backends = BackendChoices(recorded, measure=self.world == 1)
+            self.backends = BackendChoices.for_run(checkpoint, measure=self.world == 1)
             self.backends.install()
         self.progress = Progress.from_state(checkpoint["progress"]) if checkpoint else Progress()
         self.clock = Clock(self.progress, session_start)

@@ -142,6 +142,8 @@ def test_fixed_rows_are_chosen_on_a_gpu_or_when_asked(setting, device, attention
     assert rows.suits(model, cfg, torch.device(device), attention) is chosen
     assert not rows.suits(model, DecodeConfig(rows=setting, no_repeat_ngram=2), torch.device(device), False)
     assert not rows.suits(Counted(model), cfg, torch.device(device), False)  # not a plain Seq2Seq
+    tokens = DecodeConfig(rows=setting, batch_type="tokens", batch_size=2000)
+    assert not rows.suits(model, tokens, torch.device(device), False)  # the first group would size it
 
 
 def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_model, toy_dir, monkeypatch):

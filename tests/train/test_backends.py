@@ -21,10 +21,9 @@ from tests.train.test_trainer import nmt_train, runner
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
-    """Each test its own machine cache, and linear's choice put back afterwards."""
+    """Each test its own machine cache (conftest puts linear's choice back afterwards)."""
     monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(backends.FORCED, raising=False)
-    monkeypatch.setattr(linear, "choose_weight_gradient", linear.choose_weight_gradient)
 
 
 @pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN")
@@ -70,7 +69,32 @@ def test_a_real_measurement_times_both_backends_and_keeps_the_faster():
     choice = choices.choose(30, 64, 48)
     entry = json.loads(backends.cache_file().read_text())[backends.machine_key()]["32 x 64 x 48"]
     assert set(entry["ms"]) == set(linear.WEIGHT_GRADIENT) and all(ms > 0 for ms in entry["ms"].values())
-    assert choice == entry["choice"] == min(entry["ms"], key=entry["ms"].get)
+    assert choice == entry["choice"] == backends.faster(entry["ms"])
+
+
+def test_another_backend_is_chosen_only_when_clearly_faster():
+    assert backends.faster({"onednn": 10.0, "mkl": 8.9}) == "mkl"
+    assert backends.faster({"onednn": 10.0, "mkl": 9.5}) == "onednn"  # a near tie stays as it was
+    assert backends.faster({"onednn": 10.0, "mkl": 12.0}) == "onednn"
+
+
+def test_damaged_cache_entries_are_measured_again(monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    backends.cache_file().parent.mkdir(parents=True)
+    backends.cache_file().write_text(json.dumps({backends.machine_key(): {"64 x 8 x 8": {"choice": "blas"}}}))
+    assert BackendChoices().choose(64, 8, 8) == "mkl"
+    backends.cache_file().write_text("[1, 2]")
+    assert BackendChoices().choose(64, 8, 16) == "mkl"
+    assert BackendChoices({"64 x 8 x 32": "blas"}).choose(64, 8, 32) == "mkl"  # a recorded unknown name
+
+
+def test_a_run_from_before_recorded_choices_resumes_on_the_default(monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: pytest.fail("measured"))
+    old = BackendChoices.for_run({"progress": {}}, measure=True)
+    assert old.choose(1024, 8000, 512) == "onednn" and old.chosen == {"1024 x 8000 x 512": "onednn"}
+    monkeypatch.setenv(backends.FORCED, "mkl")  # what the environment forced is recorded too
+    forced = BackendChoices()
+    assert forced.choose(64, 8, 8) == "mkl" and forced.chosen == {"64 x 8 x 8": "mkl"}
 
 
 def test_recorded_choices_win_and_the_environment_wins_over_all(monkeypatch):
