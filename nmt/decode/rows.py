@@ -10,13 +10,15 @@ The host replays the window step by step with the continuous search's own rules
 (`Trail.advance`, `ranking.search_is_over`), so every sentence gets the hypotheses the continuous
 search gives it; the steps the device ran past a sentence's end are dropped.
 
-Sources are padded to a few lengths (`source_bucket`), each with its own memory buffers and
+`search.search(..., pools=rows.pools())` decodes in them (the translator chooses them where
+`suits`). Sources are padded to a few lengths (`source_bucket`), each with its own memory buffers and
 graph; the rows' state, tokens and the window's records are shared by all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -37,7 +39,7 @@ from nmt.device import to_device
 from nmt.errors import NMTError
 from nmt.model.decoder import DecoderState, Memory
 from nmt.model.seq2seq import Seq2Seq
-from nmt.text.ranking import NEG_INF, Hypothesis, Source, beam_width, final_score, is_greedy
+from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score
 from nmt.vocab import BOS, EOS, PAD
 
 WINDOW = 8  # steps between two reads of the device
@@ -56,21 +58,10 @@ def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: 
     return wanted and plain and not per_step
 
 
-def search(
-    model: StepModel,
-    sources: Iterable[Source | None],
-    cfg: DecodeConfig,
-    fits: Callable[[int, int], bool],
-    device: torch.device,
-    nbest: int = 1,
-    window: int = WINDOW,
-) -> Results:
-    """`nmt.decode.search.search` over fixed rows, without attention: the `nbest` best
-    hypotheses of every source, yielded as each sentence finishes."""
-    feed = Feed(sources, fits)
-    if is_greedy(cfg, nbest):
-        return FixedGreedy(model, cfg, device, window).run(feed)
-    return FixedBeam(model, cfg, device, window, beam_width(cfg, nbest), nbest).run(feed)
+def pools(window: int = WINDOW) -> tuple[Callable[..., Pool], Callable[..., Pool]]:
+    """The greedy and beam pools over fixed rows, read every `window` steps, for
+    `nmt.decode.search.search(..., attention=False, pools=...)`."""
+    return partial(FixedGreedy, window=window), partial(FixedBeam, window=window)
 
 
 def source_bucket(length: int) -> int:
@@ -133,8 +124,12 @@ class FixedRows(Pool):
 
     K = 1
 
-    def __init__(self, model: StepModel, cfg: DecodeConfig, device: torch.device, window: int):
-        super().__init__(model, cfg, device, keep_attention=False)
+    def __init__(
+        self, model: StepModel, cfg: DecodeConfig, device: torch.device, keep_attention: bool, window: int
+    ):
+        if keep_attention:
+            raise ValueError("fixed rows keep no attention (`suits` says when they decode)")
+        super().__init__(model, cfg, device, keep_attention)
         self.window = window
         self.steps = Steps(device)
         self.blocks: list[Sentence | Trail | None] = []  # per block: its sentence's record, or None
@@ -280,9 +275,9 @@ class FixedBeam(FixedRows):
     """K rows per sentence; the device records each step's candidates and survivors for the
     window, and the host follows them (`Trail.advance`) up to the step the search is over."""
 
-    def __init__(self, model, cfg, device, window, K: int, nbest: int):
+    def __init__(self, model, cfg, device, keep_attention, K: int, nbest: int, window: int):
         self.K = K
-        super().__init__(model, cfg, device, window)
+        super().__init__(model, cfg, device, keep_attention, window)
         self.nbest = nbest
         self.records: list[Tensor] | None = None  # (window, R, ...) each of `Beams.records`
 

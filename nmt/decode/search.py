@@ -149,14 +149,18 @@ def search(
     device: torch.device,
     nbest: int = 1,
     attention: bool = True,
+    pools: tuple[Callable[..., Pool], Callable[..., Pool]] | None = None,
 ) -> Results:
     """The `nbest` best hypotheses of every source, yielded as each sentence finishes (not in
-    input order): greedy search for beam 1 and nbest 1, beam search otherwise."""
+    input order): greedy search for beam 1 and nbest 1, beam search otherwise. `pools`: the
+    greedy and the beam pool to search in, by default the continuous ones (`nmt.decode.rows`
+    has fixed ones for a GPU)."""
+    greedy, beam = pools or (GreedyPool, BeamPool)
     keep_attention = attention or cfg.coverage > 0
     feed = Feed(sources, fits)
     if is_greedy(cfg, nbest):
-        return GreedyPool(model, cfg, device, keep_attention).run(feed)
-    return BeamPool(model, cfg, device, keep_attention, beam_width(cfg, nbest), nbest).run(feed)
+        return greedy(model, cfg, device, keep_attention).run(feed)
+    return beam(model, cfg, device, keep_attention, beam_width(cfg, nbest), nbest).run(feed)
 
 
 ENCODE_AHEAD = 64  # sentences encoded at once, the ones joining and those after them

@@ -133,7 +133,7 @@ class Translator(TextTranslator):
         from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples.
         Plain sources on a GPU: fixed rows and CUDA graphs (`nmt.decode.rows`)."""
         if plain and rows.suits(self.model, self.cfg, self.device, attention):
-            return rows.search(self.model, sources, self.cfg, self.fits, self.device, nbest)
+            return search(self.model, sources, self.cfg, self.fits, self.device, nbest, False, rows.pools())
         decode = sample if self.cfg.sample else search
         return decode(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 

@@ -33,7 +33,7 @@ def mixed_sources(count: int, longest: int, seed: int = 0) -> list[Source]:
 def both(model, items, cfg, batch, nbest=1, window=rows.WINDOW):
     fits = lambda sentences, _: sentences <= batch  # noqa: E731
     pooled = dict(search(model, items, cfg, fits, CPU, nbest, attention=False))
-    fixed = dict(rows.search(model, items, cfg, fits, CPU, nbest, window))
+    fixed = dict(search(model, items, cfg, fits, CPU, nbest, attention=False, pools=rows.pools(window)))
     assert sorted(fixed) == sorted(pooled) == list(range(len(items)))
     return pooled, fixed
 
@@ -98,7 +98,8 @@ def test_a_window_never_waits_for_the_device_and_the_host_reads_once_a_window(be
     counted = Counted(lasting(STYLES["luong-if"]))
     items = mixed_sources(30, 12)
     with HostTraffic() as seen:
-        results = list(rows.search(counted, items, DecodeConfig(beam=beam), lambda n, _: n <= 8, CPU))
+        fits = lambda n, _: n <= 8  # noqa: E731
+        results = list(search(counted, items, DecodeConfig(beam=beam), fits, CPU, 1, False, rows.pools()))
     assert len(results) == len(items)
     assert in_windows == []
     assert counted.steps == sum(windows) and len(windows) > 3
@@ -114,14 +115,15 @@ def test_a_live_feed_with_nothing_ready_is_asked_again():
             yield None  # a server's queue between requests
             yield item
 
-    results = dict(rows.search(model, live(), DecodeConfig(beam=2), lambda n, _: n <= 4, CPU))
+    fits = lambda n, _: n <= 4  # noqa: E731
+    results = dict(search(model, live(), DecodeConfig(beam=2), fits, CPU, 1, False, rows.pools()))
     assert sorted(results) == list(range(6))
 
 
 def test_steered_sources_are_refused():
     model = make_model(STYLES["luong"])
     item = Source(0, [5, 6, 2], 8, prefix=[7])
-    pool = rows.FixedGreedy(model, DecodeConfig(), CPU, rows.WINDOW)
+    pool = rows.FixedGreedy(model, DecodeConfig(), CPU, False, rows.WINDOW)
     with pytest.raises(ValueError, match="plain sources"):
         list(pool.run(Feed([item], lambda n, _: True)))
 
@@ -152,8 +154,8 @@ def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_mode
     lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:20]
     translator = Translator.load(translating_model.last, device="cpu", beam=3, rows="fixed")
     calls = []
-    fixed_search = rows.search
-    monkeypatch.setattr(rows, "search", lambda *a, **k: calls.append(1) or fixed_search(*a, **k))
+    fixed_pools = rows.pools
+    monkeypatch.setattr(rows, "pools", lambda *a, **k: calls.append(1) or fixed_pools(*a, **k))
     fixed = [t.text for t in translator.translate(lines, attention=False)]
     assert calls == [1]
     pooled = [t.text for t in translator.translate(lines, attention=False, rows="pooled")]
