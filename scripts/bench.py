@@ -132,6 +132,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     objective, generator = TokenLoss(model, cfg.train), torch.Generator()  # the trainer's loss
     tokens, sentences, first_step = 0, 0, None
+    step_tokens: list[tuple[int, int]] = []  # (source, target) tokens of each step
 
     def train_step(i: int, indices) -> None:
         nonlocal tokens, sentences, first_step
@@ -142,12 +143,14 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
         opt.step()
         opt.zero_grad(set_to_none=True)  # as the trainer does: no gradients held between steps
         tokens, sentences = tokens + sums.tokens, sentences + len(indices)
+        step_tokens.append((int(batch.src_len.sum()), sums.tokens))
         if first_step is None:
             first_step = time.perf_counter() - start
 
     for i, indices in enumerate(batches[:warmup]):
         train_step(i, indices)
     t0, tokens, sentences = time.perf_counter(), 0, 0
+    step_tokens.clear()
     with measure():
         for i, indices in enumerate(batches[warmup:], warmup):
             train_step(i, indices)
@@ -157,6 +160,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
         "value": round(tokens / seconds, 1),
         "unit": "tgt_tokens/s",
         "tgt_tokens": tokens,
+        "step_tokens": step_tokens,
         "sentences_per_s": round(sentences / seconds, 1),  # the unit every toolkit counts alike
         "peak_rss_mib": peak_rss_mib(),
         "parameters": count_parameters(model),
@@ -357,6 +361,7 @@ def main() -> None:
         return
     if args.case:
         result = run_case(args.case, args.steps, args.warmup)
+        del result["step_tokens"]  # scripts/counts.py's, not a speed figure
         print(json.dumps(result) if args.json else result)
         return
     names = [c for c in (list(CASES) + list(DECODE_CASES) if args.all else HEADLINE) if args.only in c]

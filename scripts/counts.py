@@ -7,7 +7,9 @@
 
 Training: FLOPs, bytes touched and ops per trained target token, and bytes re-laid out per step,
 on the bench shape (scripts/bench.py's batches for nmt; OpenNMT-py's own batches of the same
-pieces, scripts/peers.py's config, its target tokens read from its log). Decoding: per translated
+pieces, scripts/peers.py's config, its tokens read from its log). The batches' sources per target
+token differ between the toolkits, so the FLOPs are also given at the training set's own ratio
+(`flops_per_tgt_token_at_train_set_ratio`: what an epoch costs a target token). Decoding: per translated
 sentence, decoder row-steps (rows through the decoder's recurrent product), output-layer rows,
 FLOPs and ops, with the same search for both toolkits (scripts/peers.py's) or each one's
 defaults. Each command prints one JSON object; docs/performance.md has the figures.
@@ -29,7 +31,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from peers import ONMT, peer_env, translate_command  # noqa: E402
 
 HIDDEN, VOCAB = 512, 4000  # the bench decoder's size; no product but the output layer is this wide
-ONMT_TOKENS = re.compile(r"Step\s+(\d+)/.*?bsz:\s*\d+/\s*(\d+)/")  # report_every 1: one step's target tokens
+# report_every 1: one step's source and target tokens
+ONMT_TOKENS = re.compile(r"Step\s+(\d+)/.*?bsz:\s*(\d+)/\s*(\d+)/")
 
 
 def per(counts: dict, total: float, what: str) -> dict:
@@ -40,25 +43,58 @@ def per(counts: dict, total: float, what: str) -> dict:
     }
 
 
-def trained(toolkit: str, steps: int, tokens: int, report: dict) -> dict:
+def sides(step_flops: list[int], step_tokens: list[tuple[int, int]]) -> tuple[float, float]:
+    """(FLOPs per source token, FLOPs per target token), fitted to the steps by least squares.
+    A step's work is the encoder's, which grows with its source tokens, and the decoder's, which
+    grows with its target tokens; two toolkits' batches hold different sources per target token,
+    so their FLOPs per target token differ even where each does the same work per token. Sources
+    and targets of a batch grow together, so the two figures apart are uncertain; their sum at a
+    ratio near the batches' is not (`trained`)."""
+    import numpy as np
+
+    flops = np.diff(np.asarray([0, *step_flops], dtype=np.float64))
+    tokens = np.asarray(step_tokens, dtype=np.float64)
+    if len(flops) != len(tokens):
+        raise SystemExit(f"counts: {len(flops)} optimiser steps counted, {len(tokens)} steps' tokens read")
+    (per_src, per_tgt), *_ = np.linalg.lstsq(tokens, flops, rcond=None)
+    return float(per_src), float(per_tgt)
+
+
+def train_set_ratio(work: Path, eos_in_source: bool) -> float:
+    """Source tokens per target token over the whole training set, as a toolkit's encoder and
+    loss see them: every target ends in EOS; a source does where the encoder reads one (nmt)."""
+    counts = []
+    for lang in ("de", "en"):
+        with open(work / "sp" / f"train.{lang}", encoding="utf-8") as f:
+            counts.append([len(line.split()) for line in f])
+    src, tgt = (sum(side) + len(side) * extra for side, extra in zip(counts, (eos_in_source, 1), strict=True))
+    return src / tgt
+
+
+def trained(toolkit: str, step_tokens: list[tuple[int, int]], report: dict, ratio: float) -> dict:
+    """Per target token of these steps, and at the training set's source/target `ratio`."""
+    steps, tokens = len(step_tokens), sum(t for _, t in step_tokens)
+    per_src, per_tgt = sides(report["step_flops"], step_tokens)
     return {
         "toolkit": toolkit,
         "steps": steps,
         "tgt_tokens": tokens,
+        "src_per_tgt_token": round(sum(s for s, _ in step_tokens) / tokens, 3),
         **per(report, tokens, "tgt_token"),
+        "train_set_src_per_tgt_token": round(ratio, 3),
+        "flops_per_tgt_token_at_train_set_ratio": round(per_tgt + ratio * per_src),
         "relayout_bytes_per_step": round(report["relayout_bytes"] / steps),
         **{k: report[k] for k in ("flops_by_op", "relayout_bytes_by_op", "touched_bytes_by_op")},
     }
 
 
-def train_nmt(steps: int) -> dict:
+def train_nmt(work: Path, steps: int) -> dict:
     from bench import run_case
     from opcount import Counts
 
     counts = Counts(HIDDEN, VOCAB)
     result = run_case("train-luong-general-if", steps, warmup=2, measure=lambda: counts)
-    report, tokens = counts.report(), result["tgt_tokens"]
-    return trained("nmt", steps, tokens, report)
+    return trained("nmt", result["step_tokens"], counts.report(), train_set_ratio(work, eos_in_source=True))
 
 
 def train_onmt(python: str, work: Path, steps: int) -> dict:
@@ -74,8 +110,8 @@ def train_onmt(python: str, work: Path, steps: int) -> dict:
         if proc.returncode or not out.is_file():
             raise SystemExit(f"counts: OpenNMT-py failed:\n{log[-2000:]}")
         report = json.loads(out.read_text(encoding="utf-8"))
-    tokens = sum(int(m.group(2)) for m in ONMT_TOKENS.finditer(log))
-    return trained("OpenNMT-py", steps, tokens, report)
+    step_tokens = [(int(m.group(2)), int(m.group(3))) for m in ONMT_TOKENS.finditer(log)]
+    return trained("OpenNMT-py", step_tokens, report, train_set_ratio(work, eos_in_source=False))
 
 
 ENTRIES = {"nmt": "nmt.cli:app", "onmt": "onmt.bin.translate:main"}
@@ -121,7 +157,7 @@ def main() -> None:
             args.toolkit, args.python, work, args.model.resolve(), args.beam, args.src, args.search
         )
     elif args.toolkit == "nmt":
-        result = train_nmt(args.steps)
+        result = train_nmt(work, args.steps)
     else:
         result = train_onmt(args.python, work, args.steps)
     print(json.dumps(result))

@@ -13,7 +13,9 @@ that sees every ATen op the program runs (after autograd, so the backward's too)
 - bytes touched: every tensor each op reads and writes (views excluded), a proxy for memory traffic;
 - ops dispatched (Python's share of the time grows with them);
 - decoder row-steps (rows of the recurrent product h @ W_hh of a `--hidden` LSTM) and
-  output-layer rows (rows of products at least `--vocab` wide).
+  output-layer rows (rows of products at least `--vocab` wide);
+- the FLOPs so far at the end of every optimiser step (`step_flops`), so a caller who knows each
+  step's source and target tokens can tell the encoder's share from the decoder's.
 Why here and not in a profiler: these counts are the same on every machine, so a design decision
 made on them holds on a slow CPU and a fast one. It imports only torch and the standard library,
 so each peer's own virtualenv runs it (scripts/counts.py drives it).
@@ -79,6 +81,19 @@ class Counts(TorchDispatchMode):
         self.relayouts: Counter = Counter()  # bytes by op
         self.ops = 0
         self.decoder_rows = self.output_rows = 0
+        self.step_flops: list[int] = []
+
+    def __enter__(self):
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(
+            lambda *_: self.step_flops.append(sum(self.flops.values()))
+        )
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._hook.remove()
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -121,6 +136,7 @@ class Counts(TorchDispatchMode):
             "ops": self.ops,
             "decoder_rows": self.decoder_rows,
             "output_rows": self.output_rows,
+            "step_flops": self.step_flops,
         }
 
 

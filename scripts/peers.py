@@ -13,7 +13,7 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py train joey --python ../peers/joey/bin/python --work ../peers/work --steps 150
     python scripts/peers.py train onmt ... --minutes 20 --save-every 250   # the equal-budget run
     python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5 [--src big]
-    python scripts/peers.py translate nmt --work ... --model RUN_OR_CKPT --beam 5 --threads 1
+    python scripts/peers.py translate nmt --work ... --model RUN_OR_CKPT --beam 5 --threads 1 [--shortlist SL]
     python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
     python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
     python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
@@ -277,6 +277,7 @@ def translate_command(
     src: str = "test",
     quantize: str = "none",
     search: str = "same",
+    shortlist: Path | None = None,
 ) -> tuple[list[str], Path]:
     """The command that translates `src` (test: test_2016; big: the 10,000-line file) at batch 64,
     and the file it writes. search "same": both toolkits cap outputs at 1.25 x source length + 5
@@ -288,6 +289,7 @@ def translate_command(
         f"{src}.beam{beam}"
         + ("" if quantize == "none" else f".{quantize}")
         + ("" if search == "same" else ".default")
+        + ("" if shortlist is None else ".shortlist")
     )
     if peer == "onmt":
         out = model.with_suffix(f".{tag}.pieces")
@@ -305,7 +307,7 @@ def translate_command(
             str(Path(sys.executable).parent / "nmt"), "translate", "-m", str(model),
             "-i", str(work / "raw" / f"{name}.de"), "-o", str(out), "--beam", str(beam),
             "--batch-size", "64", *(same if search == "same" else []), "--device", "cpu", "--quiet",
-            "--quantize", quantize,
+            "--quantize", quantize, *([] if shortlist is None else ["--shortlist", str(shortlist)]),
         ]  # fmt: skip
     else:
         out = model.with_suffix(f".{tag}.pieces")
@@ -328,11 +330,14 @@ def translate(
     src: str = "test",
     quantize: str = "none",
     search: str = "same",
+    shortlist: Path | None = None,
 ) -> dict:
     """Whole-process (and, for OpenNMT-py, decoding-loop) sentences/s at batch 64 on `src`, peak
     memory, output length and test BLEU (`translate_command` says which search)."""
     name = "test_2016_flickr" if src == "test" else BIG
-    cmd, out = translate_command(peer, python, work, model, beam, src, quantize, search)
+    if shortlist is not None and peer != "nmt":
+        raise SystemExit("peers: --shortlist is nmt's (nmt shortlist makes one)")
+    cmd, out = translate_command(peer, python, work, model, beam, src, quantize, search, shortlist)
     start = time.perf_counter()
     with (work / "sp" / f"{name}.de").open("rb") as stdin:
         proc = subprocess.run(
@@ -346,7 +351,8 @@ def translate(
     return {
         "peer": peer,
         "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64"
-        + ("" if quantize == "none" else f"-{quantize}"),
+        + ("" if quantize == "none" else f"-{quantize}")
+        + ("" if shortlist is None else "-shortlist"),
         "src": name,
         "sentences": len(hyps),
         "loop_sent_per_s": round(len(hyps) / float(loop.group(1)), 1) if loop else None,
@@ -455,6 +461,7 @@ def main() -> None:
     ap.add_argument(
         "--quantize", choices=["none", "int8"], default="none", help="translate: nmt's --quantize"
     )
+    ap.add_argument("--shortlist", type=Path, help="translate: nmt's --shortlist (from `nmt shortlist`)")
     ap.add_argument(
         "--src", choices=["test", "big"], default="test", help="translate: test_2016 or the 10k file"
     )
@@ -476,7 +483,7 @@ def main() -> None:
     elif args.command == "translate":
         result = translate(
             args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.quantize,
-            args.search,
+            args.search, args.shortlist,
         )  # fmt: skip
     elif args.peer == "nmt":
         result = score_nmt(args.model, args.beam)  # --model: the nmt run directory

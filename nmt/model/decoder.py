@@ -63,6 +63,10 @@ class Memory:
             self.memory[index, :length], self.mask[index, :length], self.keys[index, :length], self.beams
         )
 
+    def last(self, rows: int) -> Memory:
+        """The last `rows` sentences, as views."""
+        return Memory(self.memory[-rows:], self.mask[-rows:], self.keys[-rows:], self.beams)
+
     def share(self, beams: int) -> Memory:
         """The same memory for `beams` consecutive decoder rows per sentence, without copies."""
         return Memory(self.memory, self.mask, self.keys, beams, self.buffers)
@@ -112,6 +116,11 @@ class DecoderState:
     c: Tensor  # (L, B, D)
     feed: Tensor | None = None  # (B, D) h~_{t-1}, Luong input feeding only
 
+    def last(self, rows: int) -> DecoderState:
+        """The last `rows` rows, as views."""
+        feed = None if self.feed is None else self.feed[-rows:]
+        return DecoderState(self.h[:, -rows:], self.c[:, -rows:], feed)
+
     def select(self, index: Tensor) -> DecoderState:
         """Reorder (or expand) the batch by `index`: beams follow their back-pointers."""
         feed = None if self.feed is None else self.feed[index]
@@ -134,6 +143,22 @@ class DecoderState:
         self.c.copy_(other.c)
         if self.feed is not None:
             self.feed.copy_(other.feed)
+
+
+def _live_rows(tgt_in: Tensor) -> list[int]:
+    """How many rows a teacher-forced step runs at each target position. Training batches on a
+    CPU come shortest target first (`length_grouped_batches`), so the rows whose target has
+    ended are the first ones and leave the later steps: the decoder does no work on padding,
+    as OpenNMT-py's equal-length batches do not (docs/notes/performance-history.md §21). Any
+    other order, and a GPU (whose graphs want fixed shapes; sorting would wait for it), runs
+    every row at every step."""
+    B, T = tgt_in.shape
+    if tgt_in.is_cuda:
+        return [B] * T
+    lengths = (tgt_in != PAD).sum(1)
+    if B < 2 or not bool((lengths[:-1] <= lengths[1:]).all()):
+        return [B] * T
+    return [max(1, int(n)) for n in (lengths[None] > torch.arange(T)[:, None]).sum(1)]
 
 
 class Decoder(Registry, nn.Module):
@@ -242,10 +267,16 @@ class Decoder(Registry, nn.Module):
         # (unbound, so its gradient is one stack, not a zero-padded slice added up per position)
         embedded = self.embedded(tgt_in).unbind(1)
         pre_outputs, weights = [], []
-        for t in range(T):
-            pre_output, state, step_weights = self.recur(
-                tgt_in[:, t : t + 1], state, mem, positions[:, t : t + 1], embedded[t][:, None]
-            )
+        for t, rows in enumerate(_live_rows(tgt_in)):
+            y_prev, y, at = tgt_in[:, t : t + 1], embedded[t][:, None], positions[:, t : t + 1]
+            if rows < B:  # the first rows' targets have ended: they leave the step
+                y_prev, y, at = y_prev[-rows:], y[-rows:], at[-rows:]
+                state, mem = state.last(rows), mem.last(rows)
+            pre_output, state, step_weights = self.recur(y_prev, state, mem, at, y)
+            if rows < B:  # zeros where the targets ended
+                pre_output, step_weights = (
+                    F.pad(x, (0, 0, 0, 0, B - rows, 0)) for x in (pre_output, step_weights)
+                )
             pre_outputs.append(pre_output)
             weights.append(step_weights)
         return torch.cat(pre_outputs, 1), torch.cat(weights, 1)

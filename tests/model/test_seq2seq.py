@@ -235,3 +235,41 @@ def test_a_search_memory_moves_rows_in_place_and_regrows_only_when_outgrown():
     assert torch.equal(grown.mask[:, :9], torch.cat([new_mask, mask[1:2]]))
     assert not grown.mask[:, 9:].any() and not grown.memory[:, 9:].any()
     assert torch.equal(grown.keys[:4, :9], 2 * joined.memory)
+
+
+@pytest.mark.parametrize(
+    "style,feeding", [("luong", True), ("bahdanau", False)], ids=["luong-if", "bahdanau"]
+)
+def test_rows_whose_target_ended_leave_teacher_forcing_with_the_same_results(style, feeding):
+    """A CPU batch shortest target first (as training's are) runs each step on the rows still
+    writing only; the real positions' features and every gradient equal those of the same
+    batch in another order, which runs every row at every step."""
+    from nmt.model.decoder import _live_rows
+
+    torch.manual_seed(0)
+    extra = {"input_feeding": True} if feeding else {}
+    model = Seq2Seq(model_config(style, "general", **extra), V, V)
+    src, src_len, tgt_in = batch()
+    tgt_in[0, 2:], tgt_in[1, 4:] = PAD, PAD  # targets of 2, 4 and 5 positions: shortest first
+    assert _live_rows(tgt_in) == [3, 3, 2, 2, 1]
+    assert _live_rows(tgt_in.flip(0)) == [3] * 5  # longest first: every row every step
+    real = tgt_in != PAD
+    results = []
+    for order in (torch.arange(3), torch.tensor([2, 1, 0])):
+        model.zero_grad()
+        features, weights = model.features(src[order], src_len[order], tgt_in[order])
+        back = torch.argsort(order)
+        features, weights = features[back], weights[back]
+        (features[real] ** 2).sum().backward()
+        results.append(
+            (
+                features[real],
+                weights[real],
+                [p.grad.clone() for p in model.parameters() if p.grad is not None],
+            )
+        )
+    (f1, w1, g1), (f2, w2, g2) = results
+    torch.testing.assert_close(f1, f2, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(w1, w2, atol=1e-6, rtol=1e-5)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
