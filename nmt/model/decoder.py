@@ -148,10 +148,9 @@ class DecoderState:
 def _live_rows(tgt_in: Tensor) -> list[int]:
     """How many rows a teacher-forced step runs at each target position. Training batches on a
     CPU come shortest target first (`length_grouped_batches`), so the rows whose target has
-    ended are the first ones and leave the later steps: the decoder does no work on padding,
-    as OpenNMT-py's equal-length batches do not (docs/notes/performance-history.md §21). Any
-    other order, and a GPU (whose graphs want fixed shapes; sorting would wait for it), runs
-    every row at every step."""
+    ended are the first ones and leave the later steps: the decoder does no work on padding
+    (docs/notes/performance-history.md §21). Any other order, and a GPU (whose graphs want
+    fixed shapes; sorting would wait for it), runs every row at every step."""
     B, T = tgt_in.shape
     if tgt_in.is_cuda:
         return [B] * T
