@@ -149,15 +149,16 @@ def _live_rows(tgt_in: Tensor) -> list[int]:
     """How many rows a teacher-forced step runs at each target position. Training batches on a
     CPU come shortest target first (`length_grouped_batches`), so the rows whose target has
     ended are the first ones and leave the later steps: the decoder does no work on padding
-    (docs/notes/performance-history.md §21). Any other order, and a GPU (whose graphs want
-    fixed shapes; sorting would wait for it), runs every row at every step."""
+    (docs/notes/performance-history.md §21). Any other order, and any device but the CPU (a
+    GPU's graphs want fixed shapes; checking the order would wait for it), runs every row at
+    every step."""
     B, T = tgt_in.shape
-    if tgt_in.is_cuda:
+    if tgt_in.device.type != "cpu":
         return [B] * T
     lengths = (tgt_in != PAD).sum(1)
-    if B < 2 or not bool((lengths[:-1] <= lengths[1:]).all()):
+    if not bool((lengths[:-1] <= lengths[1:]).all()):
         return [B] * T
-    return [max(1, int(n)) for n in (lengths[None] > torch.arange(T)[:, None]).sum(1)]
+    return (lengths[None] > torch.arange(T)[:, None]).sum(1).tolist()  # the longest row: every step
 
 
 class Decoder(Registry, nn.Module):
