@@ -252,3 +252,28 @@ def test_fixed_rows_replayed_as_cuda_graphs_decode_as_the_eager_searches(
     for other in (pooled, [t.text for t in on_cpu]):
         same = sum(g == o for g, o in zip(graphed, other, strict=True))
         assert same >= 0.95 * len(lines), (same, len(lines))
+
+
+def test_kept_graphs_replay_in_later_searches_and_read_weights_changed_in_place(translating_model, toy_dir):
+    """A translator's pools and graphs outlive a search (`rows.Kept`): a second search replays the
+    graphs the first captured, and weights changed in place (an optimiser step between two
+    validations) are what the replayed graphs read."""
+    from nmt import Translator
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()
+    lines += [" ".join(lines[i : i + 4]) for i in range(0, 40, 4)]
+    gpu = Translator.load(translating_model.last, device="cuda", beam=5)
+    first = [t.text for t in gpu.translate(lines, attention=False)]
+    (pool,) = gpu.kept.kept.values()
+    captured = dict(pool.steps.graphs)
+    assert captured
+    assert [t.text for t in gpu.translate(lines, attention=False)] == first
+    assert list(gpu.kept.kept.values()) == [pool]
+    assert all(pool.steps.graphs[bucket] is graph for bucket, graph in captured.items())
+    with torch.no_grad():
+        for parameter in gpu.model.parameters():
+            parameter.mul_(1.5)
+    changed = [t.text for t in gpu.translate(lines, attention=False)]
+    pooled = [t.text for t in gpu.translate(lines, attention=False, rows="pooled")]
+    assert changed != first
+    assert sum(c == p for c, p in zip(changed, pooled, strict=True)) >= 0.95 * len(lines)

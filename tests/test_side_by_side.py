@@ -45,7 +45,7 @@ def test_a_wrong_setting_is_refused_before_anything_is_touched(tmp_path):
     cases = {
         "MODEL=bench or MODEL=large": {"MODEL": "huge"},
         "copy ../shared/gpu there": {"KIT": "/no/kit"},
-        "use budget, throughput, decode or bulk": {"KIT": str(kit), "PHASES": "budget bulky"},
+        "decode, bulk, precision or tests": {"KIT": str(kit), "PHASES": "budget bulky"},
         "holds files this script did not make": {"KIT": str(kit)},
     }
     for i, (says, env) in enumerate(cases.items()):
@@ -54,3 +54,28 @@ def test_a_wrong_setting_is_refused_before_anything_is_touched(tmp_path):
         assert len(refused.stderr.strip().splitlines()) == 1
         assert (tmp_path / str(i) / "work" / "kept").read_text() == "mine"
         assert not (tmp_path / str(i) / "out").exists()
+
+
+def test_decode_share_splits_a_fixed_row_search_into_the_device_and_the_host(translating_model, toy_dir):
+    """scripts/gpu/decode_share.py on a CPU: one line, every part a number of seconds."""
+    import re
+    import sys
+
+    script = GPU / "decode_share.py"
+    lines = toy_dir / "test.human"
+    args = [sys.executable, str(script), str(translating_model.last), str(lines), "--device", "cpu"]
+    done = subprocess.run([*args, "beam=3", "batch_size=8"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    assert line.startswith("decode_share beam 3 batch 8, 60 lines: loop "), line
+    parts = re.findall(r"(loop|device|waiting|following the records|refilling|launching) ([\d.]+) s", line)
+    assert [name for name, _ in parts] == [
+        "loop",
+        "device",
+        "waiting",
+        "following the records",
+        "refilling",
+        "launching",
+    ]
+    seconds = {name: float(value) for name, value in parts}
+    assert 0 < seconds["device"] <= seconds["loop"]

@@ -10,21 +10,26 @@ The host replays the window step by step with the continuous search's own rules
 (`Trail.advance`, `ranking.search_is_over`), so every sentence gets the hypotheses the continuous
 search gives it; the steps the device ran past a sentence's end are dropped.
 
-`search.search(..., pools=rows.pools())` decodes in them (the translator chooses them where
-`suits`). Sources are padded to a few lengths (`source_bucket`), each with its own memory buffers and
-graph; the rows' state, tokens and the window's records are shared by all.
+`search.search(..., pools=translator_pools.pools())` decodes in them (the translator chooses
+them where `suits`). Sources are padded to a few lengths (`source_bucket`), each with its own
+memory buffers and graph; the rows' state, tokens and the window's records are shared by all.
+A translator keeps its pools between searches (`Kept`), so a graph is captured once per
+translator, not once per call.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
 from nmt.decode.search import (
+    Encoded,
     Feed,
     Pool,
     Results,
@@ -39,7 +44,7 @@ from nmt.device import to_device
 from nmt.errors import NMTError
 from nmt.model.decoder import DecoderState, Memory
 from nmt.model.seq2seq import Seq2Seq
-from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score
+from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score, length_penalty, stop_threshold
 from nmt.vocab import BOS, EOS, PAD
 
 WINDOW = 8  # steps between two reads of the device
@@ -58,10 +63,66 @@ def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: 
     return wanted and plain and not per_step
 
 
-def pools(window: int = WINDOW) -> tuple[Callable[..., Pool], Callable[..., Pool]]:
-    """The greedy and beam pools over fixed rows, read every `window` steps, for
-    `nmt.decode.search.search(..., attention=False, pools=...)`."""
-    return partial(FixedGreedy, window=window), partial(FixedBeam, window=window)
+def pool_blocks(sentences: int, batch_size: int) -> int:
+    """The blocks of a pool whose first group holds `sentences`: the next power of two, at most
+    the batch size, so that calls of other sizes share a few pools (and their graphs); the
+    blocks no sentence takes stay idle. None ready yet (a live feed): the batch size."""
+    return min(1 << (sentences - 1).bit_length(), batch_size) if sentences else batch_size
+
+
+def weights_of(model: StepModel) -> tuple:
+    """Where the model's tensors live, and its mode: a graph reads its weights where they were
+    when it was captured, so a pool serves the same model only (weights changed in place, as an
+    optimiser step does, are read anew)."""
+    if not isinstance(model, torch.nn.Module):
+        return (id(model),)
+    return (id(model), model.training, *(t.data_ptr() for t in (*model.parameters(), *model.buffers())))
+
+
+class Kept:
+    """A translator's fixed-row pools, kept between its searches: buffers made and graphs
+    captured once per shape, then replayed by every later search of that shape (validation
+    every few hundred steps, an API's or a server's calls), where a pool made per search
+    captured anew each time (an eager window, then a capture, per source length). A pool is
+    taken out while a search runs in it, so two searches at once never share one; the `size`
+    used last are kept."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.kept: OrderedDict[tuple, FixedRows] = OrderedDict()
+
+    def pools(self, window: int = WINDOW) -> tuple[Callable[..., Pool], Callable[..., Pool]]:
+        """The greedy and beam pools over fixed rows, read every `window` steps, for
+        `nmt.decode.search.search(..., attention=False, pools=...)`."""
+        greedy = partial(Reused, self, FixedGreedy, window=window)
+        return greedy, partial(Reused, self, FixedBeam, window=window)
+
+    def take(self, key: tuple) -> FixedRows | None:
+        return self.kept.pop(key, None)
+
+    def put(self, key: tuple, pool: FixedRows) -> None:
+        self.kept[key] = pool
+        while len(self.kept) > self.size:
+            self.kept.popitem(last=False)
+
+
+class Reused:
+    """A search over fixed rows in the kept pool of its shape (kind, beam, n-best, window,
+    blocks, settings, weights), or in a new one, kept after."""
+
+    def __init__(self, kept: Kept, kind: type[FixedRows], model, cfg, device, keep_attention, *beam, window):
+        self.kept, self.kind, self.window = kept, kind, window
+        self.args = (model, cfg, device, keep_attention, *beam)
+
+    def run(self, feed: Feed) -> Results:
+        model, cfg, device, _, *beam = self.args
+        blocks = pool_blocks(feed.fitting(), cfg.batch_size)
+        key = (self.kind, *beam, self.window, blocks, str(device), repr(cfg), weights_of(model))
+        pool = self.kept.take(key) or self.kind(*self.args, window=self.window, blocks=blocks)
+        try:
+            yield from pool.run(feed)
+        finally:
+            self.kept.put(key, pool)
 
 
 def source_bucket(length: int) -> int:
@@ -125,20 +186,30 @@ class FixedRows(Pool):
     K = 1
 
     def __init__(
-        self, model: StepModel, cfg: DecodeConfig, device: torch.device, keep_attention: bool, window: int
+        self,
+        model: StepModel,
+        cfg: DecodeConfig,
+        device: torch.device,
+        keep_attention: bool,
+        window: int,
+        blocks: int,
     ):
         if keep_attention:
             raise ValueError("fixed rows keep no attention (`suits` says when they decode)")
         super().__init__(model, cfg, device, keep_attention)
         self.window = window
         self.steps = Steps(device)
-        self.blocks: list[Sentence | Trail | None] = []  # per block: its sentence's record, or None
+        self.blocks: list[Sentence | Trail | None] = [None] * blocks  # per block: its sentence, or None
         self.memories: dict[int, Memory] = {}  # per source bucket: the memory buffers
         self.bucket = 0
 
     @torch.no_grad()
     def run(self, feed: Feed) -> Results:
-        self.feed = feed
+        """The search of `feed`'s sources; a pool runs one search at a time, any number in turn."""
+        self.feed, self.encoded = feed, Encoded([], None, None)
+        self.blocks = [None] * len(self.blocks)
+        if self.state is not None:
+            self.idle()  # a search left unfinished leaves rows stepping: stopped, as at the start
         while True:
             self.refill()
             if all(block is None for block in self.blocks):
@@ -154,9 +225,7 @@ class FixedRows(Pool):
         free = [b for b, block in enumerate(self.blocks) if block is None]
         live = [block.source for block in self.blocks if block is not None]
         longest = max((len(s.ids) for s in live), default=0)
-        group = []
-        if free or not self.blocks:
-            group = self.feed.take(len(live), longest, limit=len(free) if self.blocks else None)
+        group = self.feed.take(len(live), longest, limit=len(free)) if free else []
         if not group:
             if live and source_bucket(longest) < self.bucket:
                 self.rebucket(longest, self.mem)
@@ -164,9 +233,8 @@ class FixedRows(Pool):
         if any(s.prefix or s.steered or s.vocabulary is not None for s in group):
             raise ValueError("fixed rows decode plain sources only (no prefix, constraints or shortlist)")
         mem, state = self.encode(group)
-        if not self.blocks:
-            self.allocate(len(group), state)
-            free = list(range(len(group)))
+        if self.state is None:
+            self.allocate(len(self.blocks), state)
         self.rebucket(max([longest] + [len(s.ids) for s in group]), mem)
         blocks = free[: len(group)]
         index, max_lens = to_device(blocks + [s.max_len for s in group], self.device).split(len(group))
@@ -182,9 +250,8 @@ class FixedRows(Pool):
             self.blocks[b] = self.record(source)
 
     def allocate(self, blocks: int, state: DecoderState) -> None:
-        """The pool's buffers, shaped after the first group's state."""
+        """The pool's buffers, shaped after the first group's state; every block idle."""
         rows = blocks * self.K
-        self.blocks = [None] * blocks
         self.state = DecoderState(
             state.h.new_zeros(state.h.size(0), rows, state.h.size(2)),
             state.c.new_zeros(state.c.size(0), rows, state.c.size(2)),
@@ -216,6 +283,10 @@ class FixedRows(Pool):
     def record(self, source: Source):
         raise NotImplementedError
 
+    def idle(self) -> None:
+        """Every block's rows stopped: they step to no effect until a sentence takes them."""
+        raise NotImplementedError
+
     def start(self, index: Tensor, rows: Tensor, max_lens: Tensor) -> None:
         """Blocks `index` (rows `rows`) begin a sentence whose output cap is `max_lens`."""
         raise NotImplementedError
@@ -240,6 +311,9 @@ class FixedGreedy(FixedRows):
 
     def record(self, source):
         return Sentence(source)
+
+    def idle(self):
+        self.done.fill_(True)
 
     def start(self, index, rows, max_lens):
         self.y[index], self.positions[index], self.max_lens[index] = BOS, 0, max_lens
@@ -275,9 +349,9 @@ class FixedBeam(FixedRows):
     """K rows per sentence; the device records each step's candidates and survivors for the
     window, and the host follows them (`Trail.advance`) up to the step the search is over."""
 
-    def __init__(self, model, cfg, device, keep_attention, K: int, nbest: int, window: int):
+    def __init__(self, model, cfg, device, keep_attention, K: int, nbest: int, window: int, blocks: int):
         self.K = K
-        super().__init__(model, cfg, device, keep_attention, window)
+        super().__init__(model, cfg, device, keep_attention, window, blocks)
         self.nbest = nbest
         self.records: list[Tensor] | None = None  # (window, R, ...) each of `Beams.records`
 
@@ -290,6 +364,9 @@ class FixedBeam(FixedRows):
 
     def record(self, source):
         return Trail(source)
+
+    def idle(self):
+        self.scores.fill_(NEG_INF)
 
     def start(self, index, rows, max_lens):
         self.y[rows], self.positions[index], self.max_lens[index] = BOS, 0, max_lens
@@ -310,14 +387,50 @@ class FixedBeam(FixedRows):
             buffer[j] = part
 
     def collect(self):
-        R = len(self.blocks)
+        """The window's steps, followed for every block at once up to its first step where
+        something happens (`first_stops`); there `Trail.advance` runs the continuous search's
+        rules, and after it the block goes on alone. Quiet steps only append their back-pointers
+        (`Trail.extend`): the host does Python work per event, not per sentence-step (which was
+        the floor of a GPU's step, docs/notes/performance-history.md, 19 and 22)."""
+        R, W = len(self.blocks), self.window
         host = fetch(*(part.transpose(0, 1).reshape(R, -1) for part in self.records))
-        steps = [part.reshape(R, self.window, -1).tolist() for part in host]
-        for b, trail in enumerate(self.blocks):
-            if trail is None:
-                continue
-            for j in range(self.window):
-                if trail.advance([part[b][j] for part in steps], None, self.cfg, self.nbest):
+        parts = [part.reshape(R, W, -1) for part in host]
+        tokens, parents, kept, _, bound, ends, capped = parts
+        events = ends.any(2) | capped[:, :, 0]
+        live = [b for b, trail in enumerate(self.blocks) if trail is not None]
+        trails: list[Trail] = [self.blocks[b] for b in live]  # type: ignore[misc]
+        penalties = np.array([length_penalty(t.source.max_len, self.cfg) for t in trails])
+        thresholds = np.array([self.threshold(t) for t in trails])
+        stops = first_stops(events[live], bound[live, :, 0], thresholds, penalties)
+        for b, trail, penalty, stop in zip(live, trails, penalties, stops.tolist(), strict=True):
+            start = 0
+            while True:
+                trail.extend(*(part[b, start:stop].tolist() for part in (tokens, parents, kept)))
+                if stop == W:
+                    break
+                if trail.advance([part[b, stop].tolist() for part in parts], None, self.cfg, self.nbest):
                     yield trail.source.key, trail.best(self.nbest)
                     self.blocks[b] = None
                     break
+                start = stop + 1
+                after = first_stops(
+                    events[b, None, start:], bound[b, None, start:, 0], self.threshold(trail), penalty
+                )
+                stop = start + int(after[0])
+
+    def threshold(self, trail: Trail) -> float:
+        """`stop_threshold` of the trail, NaN (never reached) while fewer than n-best have finished."""
+        threshold = stop_threshold(trail.finished, self.nbest)
+        return np.nan if threshold is None else threshold
+
+
+def first_stops(events: np.ndarray, bounds: np.ndarray, thresholds, penalties) -> np.ndarray:
+    """Per block (rows of `events` and `bounds`, one a step), the first step where a candidate
+    ends or the cap is hit (`events`), or the best live score falls so low that
+    `ranking.search_is_over` may say yes: the step's bound / the length penalty at the cap at or
+    under the n-best-th finished score (`thresholds`, NaN for none: never). The steps before are
+    quiet: a search goes on through them unchanged. The window's length where none stops."""
+    stops = events | (np.asarray(thresholds)[..., None] >= bounds / np.asarray(penalties)[..., None])
+    if not stops.shape[1]:  # no step left in the window
+        return np.zeros(len(stops), dtype=np.int64)
+    return np.where(stops.any(1), stops.argmax(1), stops.shape[1])

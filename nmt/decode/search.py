@@ -83,6 +83,11 @@ class Feed:
 
     def upcoming(self, n: int) -> list[Source]:
         """Up to the next `n` ready sources, not taken (fewer when no more are ready now)."""
+        self._read(n)
+        return list(itertools.islice(self._ahead, n))
+
+    def _read(self, n: int) -> None:
+        """Read ahead until `n` sources are ready, or none is ready now."""
         while len(self._ahead) < n and not self._done:
             try:
                 source = next(self._sources)
@@ -92,19 +97,24 @@ class Feed:
             if source is None:  # a live feed with nothing ready: ask again next step
                 break
             self._ahead.append(source)
-        return list(itertools.islice(self._ahead, n))
+
+    def fitting(self, count: int = 0, longest: int = 0, limit: int | None = None) -> int:
+        """How many of the next ready sources (at most `limit`) fit beside `count` sentences
+        whose longest source is `longest` (an empty pool always admits one, however long)."""
+        n = 0
+        while limit is None or n < limit:
+            self._read(n + 1)
+            if len(self._ahead) <= n:
+                break
+            longer = max(longest, len(self._ahead[n].ids))
+            if (count or n) and not self.fits(count + n + 1, longer):
+                break
+            n, longest = n + 1, longer
+        return n
 
     def take(self, count: int, longest: int, limit: int | None = None) -> list[Source]:
-        """The next ready sources (at most `limit`) that fit beside `count` sentences whose
-        longest source is `longest` (an empty pool always admits one, however long)."""
-        group: list[Source] = []
-        while (limit is None or len(group) < limit) and (next_one := self.upcoming(1)):
-            longer = max(longest, len(next_one[0].ids))
-            if (count or group) and not self.fits(count + len(group) + 1, longer):
-                break
-            group.append(self._ahead.popleft())
-            longest = longer
-        return group
+        """The sources `fitting` counts, taken."""
+        return [self._ahead.popleft() for _ in range(self.fitting(count, longest, limit))]
 
 
 def step_log_probs(
@@ -428,6 +438,13 @@ class Trail:
             if t:
                 candidate = self.survivors[t - 1][parent]
         return tokens[::-1], rows[::-1]
+
+    def extend(self, tokens: list[list[int]], parents: list[list[int]], survivors: list[list[int]]) -> None:
+        """Steps in which no candidate ended and the search went on: only their back-pointers
+        are kept (`nmt.decode.rows` follows many steps at once)."""
+        self.tokens.extend(tokens)
+        self.parents.extend(parents)
+        self.survivors.extend(survivors)
 
     def history(self, beam: int) -> list[int]:
         """The tokens of live beam `beam`."""

@@ -59,6 +59,7 @@ class Translator(TextTranslator):
     ):
         super().__init__(tok, cfg, src_limit, normalize_form)
         self.model, self.device, self.info = model, device, info
+        self.kept = rows.Kept()  # fixed-row pools and their graphs, shared by `configured` copies
 
     @classmethod
     def load(
@@ -133,7 +134,9 @@ class Translator(TextTranslator):
         from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples.
         Plain sources on a GPU: fixed rows and CUDA graphs (`nmt.decode.rows`)."""
         if plain and rows.suits(self.model, self.cfg, self.device, attention):
-            return search(self.model, sources, self.cfg, self.fits, self.device, nbest, False, rows.pools())
+            return search(
+                self.model, sources, self.cfg, self.fits, self.device, nbest, False, self.kept.pools()
+            )
         decode = sample if self.cfg.sample else search
         return decode(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 

@@ -125,7 +125,13 @@ def search_is_over(
     """
     if capped:
         return True
+    threshold = stop_threshold(finished, nbest)
+    return threshold is not None and threshold >= best_live / length_penalty(max_len, cfg)
+
+
+def stop_threshold(finished: list[Hypothesis], nbest: int) -> float | None:
+    """The score of the `nbest`-th best finished hypothesis, which the live ones must be able to
+    beat for a search to go on (None: fewer have finished)."""
     if len(finished) < nbest:
-        return False
-    threshold = sorted((h.score for h in finished), reverse=True)[nbest - 1]
-    return threshold >= best_live / length_penalty(max_len, cfg)
+        return None
+    return sorted((h.score for h in finished), reverse=True)[nbest - 1]

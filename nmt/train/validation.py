@@ -60,6 +60,7 @@ class Validator:
         subset = len(self.translated) < len(pairs)
         self.notes = [f"validation: BLEU on {len(self.translated)} of {len(pairs)} pairs"] if subset else []
         self.device, self.precision = device, precision
+        self.translator: Translator | None = None  # kept: on a GPU its graphs are captured once
         self.options = EvalOptions(bootstrap=0)
         metrics(self.options)  # sacreBLEU's tokenizer loads now, before the run folder is made
 
@@ -76,13 +77,9 @@ class Validator:
         the translations themselves (with their attention if asked, for the trackers)."""
         model.eval()
         nll, tokens = self.loss(objective, step, generator)
-        # A search, whatever the decode section says of sampling: validation ranks checkpoints.
-        settings: dict = {"sample": False}
-        if self.device.type == "cuda":
-            width = validation_width(self.cfg.decode, self.device)
-            settings |= {"batch_type": "sentences", "batch_size": width}
-        translator = Translator.from_config(model, self.tok, self.cfg, self.device, settings)
-        translations = translator.translate([s for s, _ in self.translated], attention=attention)
+        translations = self.translator_of(model).translate(
+            [s for s, _ in self.translated], attention=attention
+        )
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]
         report = evaluate({"valid": hyps}, refs, self.options).systems[0]
@@ -94,6 +91,18 @@ class Validator:
             "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
         }, translations
+
+    def translator_of(self, model: torch.nn.Module) -> Translator:
+        """The translator of `model`, the same one every validation (its fixed-row pools and
+        their CUDA graphs are kept, and read the weights as training changes them in place)."""
+        if self.translator is None or self.translator.model is not model:
+            # A search, whatever the decode section says of sampling: validation ranks checkpoints.
+            settings: dict = {"sample": False}
+            if self.device.type == "cuda":
+                width = validation_width(self.cfg.decode, self.device)
+                settings |= {"batch_type": "sentences", "batch_size": width}
+            self.translator = Translator.from_config(model, self.tok, self.cfg, self.device, settings)
+        return self.translator
 
     def loss(self, objective: torch.nn.Module, step: int, generator: torch.Generator) -> tuple[float, int]:
         """Summed NLL and target tokens over every validation pair, in batches of

@@ -17,8 +17,17 @@
 #               (OpenNMT-py's default; nmt's recipe ranks with a length penalty and so searches
 #               longer, for its exact stop) and outputs capped at 1.5 x source + 5; nmt also
 #               with --rows pooled (its search before fixed rows and CUDA graphs, issue 52)
+#               (greedy and beam 5, batch 64), and with a lexical shortlist (`nmt shortlist` on
+#               the training pieces, beam 5 batch 64); then decode_share.py beside this script
+#               splits the fixed rows' beam 5 time (batch 64 and 256) into the device's and the host's
 #   bulk        (not in the default PHASES: about 4 more minutes) the same models and search,
 #               100,000 lines (test_2016 x 100) at beam 5, batch 256: back-translation's size
+#   precision   (not in the default) nmt alone, PRECISION_S seconds (default 30) at batch BATCH
+#               in bf16, then fp16, then bf16 again: target tokens/s of each (fp16 for cards
+#               without bf16); on a CPU all three are fp32
+#   tests       (not in the default) the cuda tests of tests/test_cuda.py, on the same card
+# KEEP=1 keeps WORK from an earlier call on the same machine (its prepared data and models), so
+# that the phases can be split over two calls of under 10 minutes each (docs/performance.md).
 # Every translation line gives the whole command, the start-up apart from it (a one-line input
 # through the same command, run after the first use of each model: imports, CUDA start, model
 # load, with the file cache warm), the decoding loop (the rest), and the pieces generated
@@ -40,15 +49,17 @@ esac
   { echo "side_by_side.sh: could not read $HERE/onmt-large.yaml with $PY (PyYAML?)" >&2; exit 2; }
 [ -d "$KIT/peer" ] || { echo "side_by_side.sh: no kit at $KIT; copy ../shared/gpu there (its README says how)" >&2; exit 2; }
 PHASES=${PHASES:-budget throughput decode}
-for phase in $PHASES; do case $phase in budget|throughput|decode|bulk) ;;
-  *) echo "side_by_side.sh: PHASES names '$phase'; use budget, throughput, decode or bulk" >&2; exit 2 ;;
+for phase in $PHASES; do case $phase in budget|throughput|decode|bulk|precision|tests) ;;
+  *) echo "side_by_side.sh: PHASES names '$phase'; use budget, throughput, decode, bulk, precision or tests" >&2; exit 2 ;;
 esac; done
-O=${OUT:-/tmp/sbs-out}; W=${WORK:-/tmp/sbs}
+O=${OUT:-/tmp/sbs-out}; W=$(realpath -m "${WORK:-/tmp/sbs}")
 # WORK is emptied: only a folder this script made (its mark inside), or a new or empty one.
 [ ! -d "$W" ] || [ -e "$W/.side_by_side" ] || [ -z "$(ls -A "$W")" ] ||
   { echo "side_by_side.sh: WORK=$W holds files this script did not make; name a new folder" >&2; exit 2; }
-rm -rf "$W"; mkdir -p "$W" "$O"; touch "$W/.side_by_side"
+[ "${KEEP:-0}" = 1 ] && [ -e "$W/.side_by_side" ] || rm -rf "$W"
+mkdir -p "$W" "$O"; touch "$W/.side_by_side"
 TEST_LINES=${TEST_LINES:-1000}; BUDGET_S=${BUDGET_S:-120}; THROUGHPUT_S=${THROUGHPUT_S:-45}; BATCH=${BATCH:-256}
+PRECISION_S=${PRECISION_S:-30}
 GPUR="[0]"; ODT=fp16; NP=bf16; GFLAG="-gpu 0"
 [ "$DEVICE" = cuda ] || { GPUR="[]"; ODT=fp32; NP=fp32; GFLAG=""; }
 # The kit's wheels are for the device's Python 3.12; elsewhere put OpenNMT-py 3.5.1 into /tmp/sbs-site first.
@@ -59,7 +70,8 @@ now() { date +%s.%N; }
 el() { $PY -c "print(round($2-$1,2))"; }
 say() { echo "$*" | tee -a "$O/summary.txt"; }
 say "# $(date -Is) model $MODEL, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo $DEVICE) torch $($PY -c 'import torch;print(torch.__version__)') nmt $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +changes)"
-$PY "$KIT/peer/prep.py" "$DATA" "$W/data" > "$W/prep.log" 2>&1 || { say "prep failed"; tail -5 "$W/prep.log"; exit 3; }
+[ -e "$W/data/prep_info.json" ] || $PY "$KIT/peer/prep.py" "$DATA" "$W/data" > "$W/prep.log" 2>&1 ||
+  { say "prep failed"; tail -5 "$W/prep.log"; exit 3; }
 
 onmt_train() {  # $1 name, $2 seconds, then key=value overrides
   local name=$1 secs=$2; shift 2
@@ -168,13 +180,32 @@ decode|bulk)  # OpenNMT-py caps at 1.5 x the batch's longest source + 5, nmt at 
   ck=$(ls -v "$W"/onmt-$from/model_step_*.pt 2>/dev/null | tail -1)
   [ -n "$ck" ] || { say "onmt-$from saved no checkpoint: $W/onmt-$from.log"; continue; }
   say "$phase: the $from phase's models"
-  if [ $phase = decode ]; then lines=10; runs=("1 64" "5 64" "5 256"); else lines=100; runs=("5 256"); fi
+  if [ $phase = decode ]; then lines=10; runs=("1 64" "1 256" "5 64" "5 256"); else lines=100; runs=("5 256"); fi
   for ((i = 0; i < lines; i++)); do cat "$W/test.de"; done > "$W/$phase.de"; encode "$W/$phase.de"
   for bb in "${runs[@]}"; do set -- $bb
     translate onmt-$phase-beam$1-batch$2 onmt "$ck" "$W/$phase.de" $1 $2
     translate nmt-$phase-beam$1-batch$2 nmt "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" $1 $2 $SAME_SEARCH
-    [ $phase = bulk ] || translate nmt-$phase-beam$1-batch$2-pooled nmt "$W/nmt-$from/checkpoints/last.pt" \
-      "$W/$phase.de" $1 $2 $SAME_SEARCH --rows pooled
+    [ $phase = bulk ] || [ $2 != 64 ] || translate nmt-$phase-beam$1-batch$2-pooled nmt \
+      "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" $1 $2 $SAME_SEARCH --rows pooled
+  done
+  [ $phase = bulk ] && continue
+  $PY -m nmt shortlist -m "$W/nmt-$from/checkpoints/last.pt" --src "$DATA/train.de" --tgt "$DATA/train.en" \
+    -o "$W/shortlist.npz" > "$W/shortlist.log" 2>&1 || { say "nmt shortlist failed: $W/shortlist.log"; continue; }
+  translate nmt-$phase-beam5-batch64-shortlist nmt "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" 5 64 \
+    $SAME_SEARCH --shortlist "$W/shortlist.npz"
+  for batch in 64 256; do  # where the fixed rows' time goes: the device's windows or the host
+    $PY "$HERE/decode_share.py" "$W/nmt-$from/checkpoints/last.pt" "$W/$phase.de" --device $DEVICE beam=5 \
+      batch_size=$batch alpha=0 length_penalty=none max_len=250 max_len_ratio=1.5 max_len_add=4 \
+      >> "$O/summary.txt" 2> "$W/share-$batch.log" || say "decode_share failed: $W/share-$batch.log"
   done ;;
+precision)  # bf16, fp16, bf16: the first and last bf16 runs bound the card's drift
+  for run in bf16 fp16 bf16-again; do
+    p=fp32; [ "$DEVICE" = cuda ] && p=${run%-again}
+    NP=$p nmt_train nmt-precision-$run "$PRECISION_S" --set train.batch_size=$BATCH \
+      --set train.valid_every=100000 --set train.log_every=20
+  done ;;
+tests)
+  $PY -m pytest -q -p no:cacheprovider -m cuda "$ROOT/tests/test_cuda.py" > "$W/tests.log" 2>&1
+  say "tests: rc $?, $(tail -n 1 "$W/tests.log")" ;;
 esac; done
 cat "$O/summary.txt"

@@ -33,7 +33,9 @@ def mixed_sources(count: int, longest: int, seed: int = 0) -> list[Source]:
 def both(model, items, cfg, batch, nbest=1, window=rows.WINDOW):
     fits = lambda sentences, _: sentences <= batch  # noqa: E731
     pooled = dict(search(model, items, cfg, fits, CPU, nbest, attention=False))
-    fixed = dict(search(model, items, cfg, fits, CPU, nbest, attention=False, pools=rows.pools(window)))
+    fixed = dict(
+        search(model, items, cfg, fits, CPU, nbest, attention=False, pools=rows.Kept().pools(window))
+    )
     assert sorted(fixed) == sorted(pooled) == list(range(len(items)))
     return pooled, fixed
 
@@ -99,7 +101,9 @@ def test_a_window_never_waits_for_the_device_and_the_host_reads_once_a_window(be
     items = mixed_sources(30, 12)
     with HostTraffic() as seen:
         fits = lambda n, _: n <= 8  # noqa: E731
-        results = list(search(counted, items, DecodeConfig(beam=beam), fits, CPU, 1, False, rows.pools()))
+        results = list(
+            search(counted, items, DecodeConfig(beam=beam), fits, CPU, 1, False, rows.Kept().pools())
+        )
     assert len(results) == len(items)
     assert in_windows == []
     assert counted.steps == sum(windows) and len(windows) > 3
@@ -116,14 +120,14 @@ def test_a_live_feed_with_nothing_ready_is_asked_again():
             yield item
 
     fits = lambda n, _: n <= 4  # noqa: E731
-    results = dict(search(model, live(), DecodeConfig(beam=2), fits, CPU, 1, False, rows.pools()))
+    results = dict(search(model, live(), DecodeConfig(beam=2), fits, CPU, 1, False, rows.Kept().pools()))
     assert sorted(results) == list(range(6))
 
 
 def test_steered_sources_are_refused():
     model = make_model(STYLES["luong"])
     item = Source(0, [5, 6, 2], 8, prefix=[7])
-    pool = rows.FixedGreedy(model, DecodeConfig(), CPU, False, rows.WINDOW)
+    pool = rows.FixedGreedy(model, DecodeConfig(), CPU, False, rows.WINDOW, blocks=4)
     with pytest.raises(ValueError, match="plain sources"):
         list(pool.run(Feed([item], lambda n, _: True)))
 
@@ -154,8 +158,8 @@ def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_mode
     lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:20]
     translator = Translator.load(translating_model.last, device="cpu", beam=3, rows="fixed")
     calls = []
-    fixed_pools = rows.pools
-    monkeypatch.setattr(rows, "pools", lambda *a, **k: calls.append(1) or fixed_pools(*a, **k))
+    fixed_pools = rows.Kept.pools
+    monkeypatch.setattr(rows.Kept, "pools", lambda *a, **k: calls.append(1) or fixed_pools(*a, **k))
     fixed = [t.text for t in translator.translate(lines, attention=False)]
     assert calls == [1]
     pooled = [t.text for t in translator.translate(lines, attention=False, rows="pooled")]
@@ -163,3 +167,46 @@ def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_mode
     translator.translate(lines, attention=False, prefixes=[""] * len(lines))  # may steer: pooled
     translator.translate(lines)  # attention kept: pooled
     assert calls == [1]
+
+
+def test_pools_have_a_power_of_two_blocks_up_to_the_batch():
+    assert [rows.pool_blocks(n, 64) for n in (1, 2, 3, 5, 40, 64)] == [1, 2, 4, 8, 64, 64]
+    assert rows.pool_blocks(100, 64) == 64
+    assert rows.pool_blocks(0, 64) == 64  # a live feed with none ready yet
+
+
+def test_a_translator_keeps_its_pools_between_searches(translating_model, toy_dir):
+    """Each shape's pool (and on a GPU its graphs) is made once: later searches of that shape
+    decode in it, others in their own; a search left unfinished leaves it as good as new;
+    weights changed in place are read, and weights elsewhere get a pool of their own."""
+    from nmt import Translator
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:20]
+    translator = Translator.load(translating_model.last, device="cpu", beam=3, rows="fixed")
+    first = [t.text for t in translator.translate(lines, attention=False)]
+    (pool,) = translator.kept.kept.values()
+    assert len(pool.blocks) == 32  # 20 sentences at batch 64
+    assert [t.text for t in translator.translate(lines, attention=False)] == first
+    assert list(translator.kept.kept.values()) == [pool]
+
+    translator.translate(lines[:3], attention=False)  # 4 blocks: a pool of its own
+    translator.translate(lines, attention=False, beam=1)  # greedy, through a configured copy
+    assert len(translator.kept.kept) == 3 and pool in translator.kept.kept.values()
+
+    unfinished = translator.iter_translate(lines, attention=False)
+    next(unfinished)
+    unfinished.close()
+    assert [t.text for t in translator.translate(lines, attention=False)] == first
+
+    with torch.no_grad():
+        for parameter in translator.model.parameters():
+            parameter.mul_(1.5)  # in place, as an optimiser step: the same pool reads them
+    changed = [t.text for t in translator.translate(lines, attention=False)]
+    assert changed == [t.text for t in translator.translate(lines, attention=False, rows="pooled")]
+    assert changed != first
+    assert len(translator.kept.kept) == 3
+
+    embedding = translator.model.decoder.embed.weight
+    embedding.data = embedding.data.clone()  # the same values elsewhere: another pool
+    assert [t.text for t in translator.translate(lines, attention=False)] == changed
+    assert len(translator.kept.kept) == 4 and pool in translator.kept.kept.values()
