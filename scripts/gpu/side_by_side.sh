@@ -105,7 +105,9 @@ rows = [json.loads(l) for l in open(path)]
 rates = [r["tgt_tokens_per_s"] for r in rows if "tgt_tokens_per_s" in r]
 rates = rates[1:] or rates  # the first row includes warm-up
 rate = f"{statistics.median(rates):.0f} target tokens/s (median of {len(rates)} log rows)" if rates else "no log rows"
-print(f"{name}: rc {rc}, command {wall} s, {max(r.get('step', 0) for r in rows)} steps, {rate}")
+valid = [r["valid_seconds"] for r in rows if "valid_seconds" in r]
+share = f", validating {sum(valid):.1f} s in {len(valid)} runs ({100 * sum(valid) / float(wall):.1f}% of the command)" if valid else ""
+print(f"{name}: rc {rc}, command {wall} s, {max(r.get('step', 0) for r in rows)} steps, {rate}{share}")
 PY
 }
 translate() {  # $1 label, $2 toolkit, $3 model, $4 input (raw text), $5 beam, $6 batch, then nmt's options

@@ -210,3 +210,33 @@ def test_a_translator_keeps_its_pools_between_searches(translating_model, toy_di
     embedding.data = embedding.data.clone()  # the same values elsewhere: another pool
     assert [t.text for t in translator.translate(lines, attention=False)] == changed
     assert len(translator.kept.kept) == 4 and pool in translator.kept.kept.values()
+
+
+def test_n_best_decodes_over_fixed_rows_and_constraints_fall_back(translating_model, toy_dir, monkeypatch):
+    """What the cuda test of the same name checks on a GPU, with fixed rows asked for on the CPU."""
+    check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, "cpu", rows="fixed")
+
+
+def check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, device: str, **settings) -> None:
+    from nmt import Translator
+    from nmt.decode import rows
+
+    lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:30]
+    translator = Translator.load(translating_model.last, device=device, beam=4, **settings)
+    calls = []
+    pools = rows.Kept.pools
+    monkeypatch.setattr(rows.Kept, "pools", lambda *a, **k: calls.append(1) or pools(*a, **k))
+    fixed = translator.translate(lines, nbest=3, attention=False)
+    assert calls == [1]
+    pooled = translator.translate(lines, nbest=3, attention=False, rows="pooled")
+    same = sum(
+        [h.tokens for h in f.hypotheses] == [h.tokens for h in p.hypotheses]
+        for f, p in zip(fixed, pooled, strict=True)
+    )
+    assert same >= 0.9 * len(lines) and all(len(t.hypotheses) == 3 for t in fixed)
+    phrases = [t.text.split()[-1] for t in fixed[:5]]
+    constrained = translator.translate(
+        lines[:5], attention=False, constraints=[{"constraints": [p]} for p in phrases]
+    )
+    assert calls == [1]  # the continuous pool
+    assert all(p in t.text.split() for p, t in zip(phrases, constrained, strict=True))
