@@ -117,12 +117,19 @@ class Reused:
     def run(self, feed: Feed) -> Results:
         model, cfg, device, _, *beam = self.args
         blocks = pool_blocks(feed.fitting(), cfg.batch_size)
-        key = (self.kind, *beam, self.window, blocks, str(device), repr(cfg), weights_of(model))
+        modes = (torch.is_inference_mode_enabled(), torch.is_autocast_enabled(device.type))
+        key = (self.kind, *beam, self.window, blocks, str(device), repr(cfg), weights_of(model), modes)
         pool = self.kept.take(key) or self.kind(*self.args, window=self.window, blocks=blocks)
+        sound = False  # a search that failed may leave a half-made graph: its pool is dropped
         try:
             yield from pool.run(feed)
+            sound = True
+        except GeneratorExit:  # the caller stopped reading: the pool is as good as new
+            sound = True
+            raise
         finally:
-            self.kept.put(key, pool)
+            if sound:
+                self.kept.put(key, pool)
 
 
 def source_bucket(length: int) -> int:
@@ -160,11 +167,11 @@ class Steps:
             graph.replay()
             return
         if bucket not in self.warm:  # as torch's docs ask: warmed up on a side stream
-            self.warm.add(bucket)
             self.side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(self.side):
                 window()
             torch.cuda.current_stream().wait_stream(self.side)
+            self.warm.add(bucket)
             return
         graph = torch.cuda.CUDAGraph()
         try:
@@ -206,14 +213,21 @@ class FixedRows(Pool):
     @torch.no_grad()
     def run(self, feed: Feed) -> Results:
         """The search of `feed`'s sources; a pool runs one search at a time, any number in turn."""
-        self.feed, self.encoded = feed, Encoded([], None, None)
+        self.feed = feed
         self.blocks = [None] * len(self.blocks)
         if self.state is not None:
             self.idle()  # a search left unfinished leaves rows stepping: stopped, as at the start
+        try:
+            yield from self.windows()
+        finally:  # a kept pool holds nothing of a search between two
+            self.feed, self.encoded = None, Encoded([], None, None)
+
+    def windows(self) -> Results:
+        """Refill, a window of steps, what the host makes of it; until the feed runs out."""
         while True:
             self.refill()
             if all(block is None for block in self.blocks):
-                if feed.exhausted:
+                if self.feed.exhausted:
                     return
                 continue  # a live feed with nothing ready
             self.steps.run(self.bucket, self.advance)

@@ -75,7 +75,7 @@ say "# $(date -Is) model $MODEL, $(nvidia-smi --query-gpu=name --format=csv,nohe
 
 onmt_train() {  # $1 name, $2 seconds, then key=value overrides
   local name=$1 secs=$2; shift 2
-  mkdir -p "$W/$name/vocab"
+  rm -rf "${W:?}/$name"; mkdir -p "$W/$name/vocab"  # a run of an earlier call (KEEP=1) is replaced
   sed "s#@PEERS@/runs/onmt_vocab#$W/$name/vocab#g; s#@PEERS@#$W#g" "$KIT/peer/onmt_general.yaml" > "$W/$name.base.yaml"
   $PY "$KIT/peer/cfg_override.py" "$W/$name.base.yaml" "$W/$name.yaml" "gpu_ranks=$GPUR" model_dtype=$ODT \
       save_model=$W/$name/model save_checkpoint_steps=1000000000 "${ONMT_MODEL[@]}" "$@"
@@ -94,6 +94,7 @@ PY
 }
 nmt_train() {  # $1 name, $2 seconds, then --set overrides
   local name=$1 secs=$2; shift 2
+  rm -rf "${W:?}/$name"  # a run of an earlier call (KEEP=1) is replaced
   local a b rc; a=$(now)
   timeout $((secs+240)) $PY -m nmt train -c "$NMT_CONFIG" --set data.dir="$DATA" --set model.attention.type=general \
     --set train.max_time=$secs --set train.device=$DEVICE --set train.precision=$NP "$@" -o "$W/$name" -q > "$W/$name.log" 2>&1

@@ -240,3 +240,23 @@ def check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, device: st
     )
     assert calls == [1]  # the continuous pool
     assert all(p in t.text.split() for p, t in zip(phrases, constrained, strict=True))
+
+
+def test_a_kept_pool_holds_nothing_of_a_search_and_one_that_failed_is_dropped(monkeypatch):
+    """Between two searches a kept pool holds no sources or encoder outputs; a search that
+    failed (out of memory in a window, say) may leave a half-made graph, so its pool goes."""
+    model = make_model(STYLES["luong"])
+    kept = rows.Kept()
+    items = mixed_sources(6, 8)
+    fits = lambda n, _: n <= 4  # noqa: E731
+    assert len(dict(search(model, items, DecodeConfig(beam=2), fits, CPU, 1, False, kept.pools()))) == 6
+    (pool,) = kept.kept.values()
+    assert pool.feed is None and pool.encoded.mem is None and pool.encoded.sources == []
+
+    def failing(self, j):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(rows.FixedBeam, "one_step", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        list(search(model, items, DecodeConfig(beam=2), fits, CPU, 1, False, kept.pools()))
+    assert not kept.kept
