@@ -189,10 +189,11 @@ def _constraints(data: dict[str, Any], limits: Limits, sentences: int) -> list[C
             _strings(where, phrases, limits)
         lists[key] = per_text
     empty = [[]] * sentences
-    return [
+    guides = [
         Constraints(*pair)
         for pair in zip(lists.get("constraints", empty), lists.get("avoid", empty), strict=True)
     ]
+    return guides if any(g.include or g.avoid for g in guides) else None  # empty lists steer nothing
 
 
 def _markups(data: dict[str, Any], sentences: list[str]) -> list[Markup] | None:

@@ -75,3 +75,11 @@ def test_any_body_gives_a_request_within_the_limits_or_a_4xx(body):
 def test_every_well_formed_request_is_taken_and_fits_the_body_limit(body):
     assert_within_limits(parse_translate(body, LIMITS, DEFAULT_BEAMS), LIMITS)
     assert len(body) <= LIMITS.max_body_bytes
+
+
+def test_empty_phrase_lists_are_no_constraints_and_take_any_search():
+    """Found by the property above: `"constraints": []` beside a text asked to be sampled."""
+    body = b'{"text": "", "constraints": [], "markup": false, "sample": true}'
+    req = parse_translate(body, LIMITS, DEFAULT_BEAMS)
+    assert req.constraints is None and req.settings.sample
+    assert_within_limits(req, LIMITS)

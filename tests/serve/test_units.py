@@ -41,11 +41,15 @@ def test_defaults_come_from_the_first_model():
 def test_sentences_without_phrases_take_any_search():
     # As `nmt translate` decodes a line without constraints greedily or sampling: only a sentence
     # with phrases to include or avoid needs a beam.
+    # Empty lists steer nothing: no constraints at all (and on a GPU the fast, plain search).
     req = parse({"text": "a", "constraints": [], "beam": 1})
-    assert req.settings.beam == 1 and req.constraints == [Constraints([], [])]
+    assert req.settings.beam == 1 and req.constraints is None
     req = parse({"texts": ["a", "b"], "constraints": [[], []], "avoid": [[], []], "sample": True})
-    assert req.settings.sample and req.constraints == [Constraints([], [])] * 2
-    assert parse({"texts": ["a", "b"], "constraints": [[], []], "nbest": 1, "model": "second"}).constraints
+    assert req.settings.sample and req.constraints is None
+    req = parse({"texts": ["a", "b"], "constraints": [[], []], "nbest": 1, "model": "second"})
+    assert req.constraints is None
+    req = parse({"texts": ["a", "b"], "constraints": [["x"], []], "beam": 2})
+    assert req.constraints == [Constraints(["x"], []), Constraints([], [])]
 
 
 @pytest.mark.parametrize(
