@@ -345,22 +345,18 @@ class FixedGreedy(FixedRows):
         self.tokens[j] = token
 
     def collect(self):
-        """Each live block's tokens up to its first EOS or its cap, found for all blocks at once."""
-        tokens, log_prob = fetch(self.tokens.t(), self.log_prob[:, None])
-        live = [b for b, sentence in enumerate(self.blocks) if sentence is not None]
-        sentences: list[Sentence] = [self.blocks[b] for b in live]  # type: ignore[misc]
-        written = np.array([len(s.tokens) for s in sentences], dtype=np.int64)
-        caps = np.array([s.source.max_len for s in sentences], dtype=np.int64)
-        lengths = written[:, None] + np.arange(1, self.window + 1)  # after each step of the window
-        ends = (tokens[live] == EOS) | (lengths >= caps[:, None])
-        stops = np.where(ends.any(1), ends.argmax(1), self.window).tolist()
-        for b, sentence, stop in zip(live, sentences, stops, strict=True):
-            sentence.tokens.extend(tokens[b, : stop + 1].tolist())
-            if stop < self.window:
-                lp = float(log_prob[b, 0])
-                score = final_score(lp, len(sentence.tokens), None, len(sentence.source.ids), self.cfg)
-                yield sentence.source.key, [Hypothesis(sentence.tokens, score, lp, None)]
-                self.blocks[b] = None
+        tokens, log_prob = (part.tolist() for part in fetch(self.tokens.t(), self.log_prob[:, None]))
+        for b, sentence in enumerate(self.blocks):
+            if sentence is None:
+                continue
+            for token in tokens[b]:
+                sentence.tokens.append(token)
+                if token == EOS or len(sentence.tokens) >= sentence.source.max_len:
+                    (lp,) = log_prob[b]
+                    score = final_score(lp, len(sentence.tokens), None, len(sentence.source.ids), self.cfg)
+                    yield sentence.source.key, [Hypothesis(sentence.tokens, score, lp, None)]
+                    self.blocks[b] = None
+                    break
 
 
 class FixedBeam(FixedRows):
