@@ -44,7 +44,15 @@ from nmt.device import to_device
 from nmt.errors import NMTError
 from nmt.model.decoder import DecoderState, Memory
 from nmt.model.seq2seq import Seq2Seq
-from nmt.text.ranking import NEG_INF, Hypothesis, Source, final_score, length_penalty, stop_threshold
+from nmt.text.ranking import (
+    NEG_INF,
+    Hypothesis,
+    Source,
+    final_score,
+    length_penalty,
+    out_of_reach,
+    stop_threshold,
+)
 from nmt.vocab import BOS, EOS, PAD
 
 WINDOW = 8  # steps between two reads of the device
@@ -120,16 +128,12 @@ class Reused:
         modes = (torch.is_inference_mode_enabled(), torch.is_autocast_enabled(device.type))
         key = (self.kind, *beam, self.window, blocks, str(device), repr(cfg), weights_of(model), modes)
         pool = self.kept.take(key) or self.kind(*self.args, window=self.window, blocks=blocks)
-        sound = False  # a search that failed may leave a half-made graph: its pool is dropped
-        try:
+        try:  # a search that failed may leave a half-made graph: its pool is not put back
             yield from pool.run(feed)
-            sound = True
         except GeneratorExit:  # the caller stopped reading: the pool is as good as new
-            sound = True
+            self.kept.put(key, pool)
             raise
-        finally:
-            if sound:
-                self.kept.put(key, pool)
+        self.kept.put(key, pool)
 
 
 def source_bucket(length: int) -> int:
@@ -444,7 +448,7 @@ def first_stops(events: np.ndarray, bounds: np.ndarray, thresholds, penalties) -
     `ranking.search_is_over` may say yes: the step's bound / the length penalty at the cap at or
     under the n-best-th finished score (`thresholds`, NaN for none: never). The steps before are
     quiet: a search goes on through them unchanged. The window's length where none stops."""
-    stops = events | (np.asarray(thresholds)[..., None] >= bounds / np.asarray(penalties)[..., None])
+    stops = events | out_of_reach(np.asarray(thresholds)[..., None], bounds, np.asarray(penalties)[..., None])
     if not stops.shape[1]:  # no step left in the window
         return np.zeros(len(stops), dtype=np.int64)
     return np.where(stops.any(1), stops.argmax(1), stops.shape[1])

@@ -126,7 +126,14 @@ def search_is_over(
     if capped:
         return True
     threshold = stop_threshold(finished, nbest)
-    return threshold is not None and threshold >= best_live / length_penalty(max_len, cfg)
+    return threshold is not None and out_of_reach(threshold, best_live, length_penalty(max_len, cfg))
+
+
+def out_of_reach(threshold: Any, best_live: Any, cap_penalty: Any) -> Any:
+    """Whether no live hypothesis can reach `threshold` any more: the best live log-prob over the
+    length penalty at the cap (floats, or numpy arrays elementwise with the same IEEE arithmetic,
+    `nmt.decode.rows` following many steps at once; a NaN threshold is never reached)."""
+    return threshold >= best_live / cap_penalty
 
 
 def stop_threshold(finished: list[Hypothesis], nbest: int) -> float | None:
