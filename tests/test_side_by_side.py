@@ -68,7 +68,8 @@ def test_decode_share_splits_a_fixed_row_search_into_the_device_and_the_host(tra
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip()
     assert line.startswith("decode_share beam 3 batch 8, 60 lines: loop "), line
-    parts = re.findall(r"(loop|device|waiting|following the records|refilling|launching) ([\d.]+) s", line)
+    names = r"loop|device|waiting|following the records|refilling|launching|the rest"
+    parts = re.findall(rf"({names}) ([\d.]+) s", line)
     assert [name for name, _ in parts] == [
         "loop",
         "device",
@@ -76,6 +77,7 @@ def test_decode_share_splits_a_fixed_row_search_into_the_device_and_the_host(tra
         "following the records",
         "refilling",
         "launching",
+        "the rest",
     ]
     seconds = {name: float(value) for name, value in parts}
     assert 0 < seconds["device"] <= seconds["loop"]

@@ -423,15 +423,17 @@ class Trail:
         self.survivors: list[list[int]] = []  # per step: the candidates kept as beams 0..K-1
         self.weights: list[Tensor] = []  # per step: (K, S) attention of the beam rows
         self.finished: list[Hypothesis] = []
+        self.untraced: dict[int, tuple[int, int]] = {}  # finished[i] without its tokens: (candidate, steps)
         self.progress: list[Progress] = []  # with constraints to include: each beam's
         self.offered: list[Progress] = []  # and each of the last step's candidates'
         self.banned = [p[0] for p in source.avoid if len(p) == 1]  # phrases to avoid of one token
         self.longer = [p for p in source.avoid if len(p) > 1]  # and of more
 
-    def path(self, candidate: int) -> tuple[list[int], list[int]]:
-        """The tokens of `candidate` at the last step, and the beam row each was produced by."""
+    def path(self, candidate: int, steps: int | None = None) -> tuple[list[int], list[int]]:
+        """The tokens of `candidate` at step `steps` (the last when None), and the beam row each
+        was produced by."""
         tokens, rows = [], []
-        for t in range(len(self.tokens) - 1, -1, -1):
+        for t in range((len(self.tokens) if steps is None else steps) - 1, -1, -1):
             parent = self.parents[t][candidate]
             tokens.append(self.tokens[t][candidate])
             rows.append(parent)
@@ -468,10 +470,18 @@ class Trail:
         return search_is_over(met, bound, capped, self.source.max_len, nbest, cfg)
 
     def finish(self, candidate: int, log_prob: float, cfg: DecodeConfig, attention: bool) -> None:
-        """The last step's `candidate` as a finished hypothesis."""
-        tokens, rows = self.path(candidate)
-        att = torch.stack([self.weights[t][r] for t, r in enumerate(rows)]) if attention else None
-        score = final_score(log_prob, len(tokens), att, len(self.source.ids), cfg)
+        """The last step's `candidate` as a finished hypothesis. Its tokens are traced back only
+        if it is among the best (`best`): a weak model (an early validation) ends a score of
+        candidates a sentence, and on a GPU the host's following of the search is a step's floor.
+        Attention and phrases to avoid need them now."""
+        steps = len(self.tokens)  # a path has a token a step
+        tokens, att = [], None
+        if attention or self.source.avoiding:
+            tokens, rows = self.path(candidate)
+            att = torch.stack([self.weights[t][r] for t, r in enumerate(rows)]) if attention else None
+        else:
+            self.untraced[len(self.finished)] = (candidate, steps)
+        score = final_score(log_prob, steps, att, len(self.source.ids), cfg)
         unmet = self.offered[candidate].unmet if self.source.include else 0
         if self.source.avoiding:
             unmet += self.source.avoiding.violations(tokens)
@@ -479,7 +489,13 @@ class Trail:
 
     def best(self, nbest: int) -> list[Hypothesis]:
         """The `nbest` best finished hypotheses, those meeting every constraint first."""
-        return sorted(self.finished, key=lambda h: (h.unmet, -h.score))[:nbest]
+        ranked = sorted(
+            range(len(self.finished)), key=lambda i: (self.finished[i].unmet, -self.finished[i].score)
+        )
+        for i in ranked[:nbest]:
+            if (end := self.untraced.pop(i, None)) is not None:
+                self.finished[i].tokens = self.path(*end)[0]
+        return [self.finished[i] for i in ranked[:nbest]]
 
 
 def best_candidates(scores: Tensor, logp: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

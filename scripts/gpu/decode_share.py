@@ -1,6 +1,7 @@
 """Where a fixed-row search's time goes (`nmt.decode.rows`), window by window: the device's time
 for a window (CUDA events around its replay), the host's wait for it (the read of the window's
-records), the host's own work (following the records, refilling the pool, launching), so that
+records), the host's own work (following the records, refilling the pool, launching) and the
+rest of the loop (reading and tokenising the lines, making each translation), so that
 the next change is chosen by figures: a host that works longer than the device a window is worth
 overlapping with it; a device that works longer is worth fewer kernels.
 
@@ -95,11 +96,14 @@ def main() -> None:
     device = sum(b.elapsed_time(e) for b, e in events) / 1e3 if cuda else seconds["launch"]
     count = f" ({len(events)})" if cuda else ""
     follow = seconds["collect"] - seconds["wait"]
+    launch = seconds["launch"] if cuda else 0.0
+    # the rest of the loop: reading and tokenising the lines, making each Translation
+    other = loop - seconds["collect"] - seconds["refill"] - seconds["launch"]
     print(
         f"decode_share beam {settings['beam']} batch {settings['batch_size']}, {len(lines)} lines: "
         f"loop {loop:.2f} s; windows: device {device:.2f} s{count}; host: waiting {seconds['wait']:.2f} s, "
         f"following the records {follow:.2f} s, refilling {seconds['refill']:.2f} s, "
-        f"launching {seconds['launch'] if cuda else 0.0:.2f} s"
+        f"launching {launch:.2f} s, the rest {other:.2f} s"
     )
 
 

@@ -261,6 +261,26 @@ def test_scores_are_the_models_log_probabilities(style, penalty):
     assert ended > 0  # the test covers hypotheses that stopped on EOS
 
 
+@pytest.mark.parametrize("penalty", ["raw", "gnmt"])
+def test_hypotheses_traced_back_at_the_end_are_those_scored_when_they_ended(penalty):
+    # Without attention a finished hypothesis is traced back only if it is among the n-best: the
+    # same tokens, scores and order as when attention has every one traced as it ends.
+    model = make_model(STYLES["luong"], dtype=torch.float64)
+    src, src_len, max_lens = many_sources()
+    cfg = PENALTIES[penalty]
+    traced = decode(model, src, src_len, max_lens, cfg, nbest=3, batch=4, attention=True)
+    deferred = decode(model, src, src_len, max_lens, cfg, nbest=3, batch=4, attention=False)
+    for i, (now, later) in enumerate(zip(traced, deferred, strict=True)):
+        assert [(h.tokens, h.score, h.log_prob) for h in later] == [
+            (h.tokens, h.score, h.log_prob) for h in now
+        ]
+        one_src, one_len = src[i : i + 1, : int(src_len[i])], src_len[i : i + 1]
+        for h in later:
+            assert h.log_prob == pytest.approx(
+                teacher_forced_log_prob(model, one_src, one_len, h.tokens), abs=1e-6
+            )
+
+
 @pytest.mark.parametrize("attention", sorted(Attention.registry))
 def test_beams_sharing_one_memory_score_like_teacher_forcing(attention):
     # The K beams of a sentence read one copy of its memory (as K query positions, or repeated
