@@ -35,8 +35,7 @@ FORMAT = 1
 
 def fingerprint(tok: Tokenizer) -> str:
     """A digest of a vocabulary's pieces in id order: equal for the same SentencePiece model."""
-    pieces = "\n".join(tok.sp.id_to_piece(i) for i in range(len(tok)))
-    return hashlib.sha256(pieces.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256("\n".join(tok.pieces).encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
