@@ -83,6 +83,11 @@ def test_tokenizer_round_trips_and_travels_as_bytes(toy_dir):
     text = "Montag, 5. März 2001"
     assert again.src.decode(again.src.encode(text)) == text
     assert again.src is again.tgt  # joint
+    ids = again.src.encode(text)
+    assert again.src.id_to_piece(ids) == again.src.sp.encode(text, out_type=str)
+    assert again.src.id_to_piece(range(len(again.src))) == [
+        again.src.sp.id_to_piece(i) for i in range(len(again.src))
+    ]
 
 
 def test_length_grouped_batches_cover_everything_once_and_vary_by_epoch(toy_dir):
