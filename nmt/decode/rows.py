@@ -227,15 +227,24 @@ class FixedRows(Pool):
             self.feed, self.encoded = None, Encoded([], None, None)
 
     def windows(self) -> Results:
-        """Refill, a window of steps, what the host makes of it; until the feed runs out."""
+        """Refill, a window of steps, what the host makes of it; until the feed runs out. A
+        window's results go to the caller once the next window is launched, so that on a GPU
+        the caller's work on them (making and writing translations) runs beside the device's;
+        an empty pool hands them out before it reads the feed (a live feed yields None, rather
+        than block, while sentences it gave are being decoded)."""
+        results: list = []
         while True:
+            if all(block is None for block in self.blocks):
+                yield from results
+                results = []
             self.refill()
             if all(block is None for block in self.blocks):
                 if self.feed.exhausted:
                     return
                 continue  # a live feed with nothing ready
             self.steps.run(self.bucket, self.advance)
-            yield from self.collect()
+            yield from results
+            results = list(self.collect())
 
     def refill(self) -> None:
         """New sentences into the free blocks (the first group decides how many blocks there

@@ -2,6 +2,8 @@
 pool size, across source-length buckets, with a window of steps that never waits for the device
 (what a CUDA graph may hold) and one read of the device a window."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -122,6 +124,66 @@ def test_a_live_feed_with_nothing_ready_is_asked_again():
     fits = lambda n, _: n <= 4  # noqa: E731
     results = dict(search(model, live(), DecodeConfig(beam=2), fits, CPU, 1, False, rows.Kept().pools()))
     assert sorted(results) == list(range(6))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_window_s_results_reach_a_live_feed_waiting_for_them(beam):
+    # A window's results are handed out after the next window is launched; a pool left empty
+    # must hand them out before asking the feed again, or a feed that waits for its answers (a
+    # client sending a sentence once the last one is answered) is asked for ever.
+    model = make_model(STYLES["luong"])
+    items = mixed_sources(5, 8)
+    answered: dict = {}
+
+    def one_at_a_time():
+        for item in items:
+            yield item
+            for _ in range(1000):
+                if item.key in answered:
+                    break
+                yield None  # its answer is not in yet
+            else:
+                raise AssertionError(f"sentence {item.key} was never answered")
+
+    fits = lambda n, _: n <= 4  # noqa: E731
+    pools = rows.Kept().pools()
+    for key, hyps in search(model, one_at_a_time(), DecodeConfig(beam=beam), fits, CPU, 1, False, pools):
+        answered[key] = hyps
+    assert sorted(answered) == list(range(5))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_window_s_results_are_handed_out_once_the_next_window_runs(beam, monkeypatch):
+    # On a GPU the caller's work on a window's results then runs beside the device's next window.
+    model = make_model(STYLES["luong"])
+    with torch.no_grad():  # sentences that end at their caps: 6 to 30 tokens, 1 to 4 windows
+        model.decoder.output_layer.bias[EOS] -= 10.0
+    items = [dataclasses.replace(s, max_len=8 * (s.key % 4) + 6) for s in mixed_sources(40, 12)]
+    launched, collected = [0], {}
+    run = rows.Steps.run
+
+    def counted_run(self, bucket, window):
+        launched[0] += 1
+        run(self, bucket, window)
+
+    def noted(collect):
+        def collect_noting_the_window(self):
+            for key, hyps in collect(self):
+                collected[key] = launched[0]
+                yield key, hyps
+
+        return collect_noting_the_window
+
+    monkeypatch.setattr(rows.Steps, "run", counted_run)
+    for kind in (rows.FixedGreedy, rows.FixedBeam):
+        monkeypatch.setattr(kind, "collect", noted(kind.collect))
+    fits = lambda n, _: n <= 8  # noqa: E731
+    found = search(model, items, DecodeConfig(beam=beam), fits, CPU, 1, False, rows.Kept().pools())
+    handed = {key: launched[0] for key, _ in found}
+    assert sorted(handed) == list(range(40))
+    later = [key for key in handed if handed[key] == collected[key] + 1]
+    assert all(handed[key] in (collected[key], collected[key] + 1) for key in handed)
+    assert len(later) > 30  # all but those of the last windows, when the pool empties
 
 
 def test_steered_sources_are_refused():
