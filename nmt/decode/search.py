@@ -471,9 +471,9 @@ class Trail:
 
     def finish(self, candidate: int, log_prob: float, cfg: DecodeConfig, attention: bool) -> None:
         """The last step's `candidate` as a finished hypothesis. Its tokens are traced back only
-        if it is among the best (`best`): a weak model (an early validation) ends a score of
-        candidates a sentence, and on a GPU the host's following of the search is a step's floor.
-        Attention and phrases to avoid need them now."""
+        if it is among the best (`best`): a weak model (an early validation) ends twenty and more
+        candidates a sentence, and on a GPU the host's following of the search is a step's
+        floor. Attention and phrases to avoid need them now."""
         steps = len(self.tokens)  # a path has a token a step
         tokens, att = [], None
         if attention or self.source.avoiding:
