@@ -344,8 +344,8 @@ class TextTranslator:
     @functools.cached_property
     def marked_pieces(self) -> list[str]:
         """Every target piece's text by id, the word-start mark kept (special pieces: "")."""
-        sp, special = self.tok.tgt.sp, (PAD, UNK, BOS, EOS)
-        return ["" if i in special else sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        special = (PAD, UNK, BOS, EOS)
+        return ["" if i in special else piece for i, piece in enumerate(self.tok.tgt.pieces)]
 
     def inside_a_word(self, ids: list[int]) -> list[int] | None:
         """A phrase's pieces as they would be written inside a word (without the word-start
