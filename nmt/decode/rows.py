@@ -13,6 +13,7 @@ search gives it; the steps the device ran past a sentence's end are dropped.
 `search.search(..., pools=translator_pools.pools())` decodes in them (the translator chooses
 them where `suits`). Sources are padded to a few lengths (`source_bucket`), each with its own
 memory buffers and graph; the rows' state, tokens and the window's records are shared by all.
+A shortlist's pieces are padded to a few widths too (`FixedVocabulary`), a graph for each.
 A translator keeps its pools between searches (`Kept`), so a graph is captured once per
 translator, not once per call.
 """
@@ -40,6 +41,7 @@ from nmt.decode.search import (
     fetch,
     next_beams,
 )
+from nmt.decode.vocabulary import FixedVocabulary
 from nmt.device import to_device
 from nmt.errors import NMTError
 from nmt.model.decoder import DecoderState, Memory
@@ -56,14 +58,16 @@ from nmt.text.ranking import (
 from nmt.vocab import BOS, EOS, PAD
 
 WINDOW = 8  # steps between two reads of the device
+Shape = tuple[int, int]  # what a window's graph is captured for: the source bucket, the shortlist's width
 
 
 def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: bool) -> bool:
     """Whether `search` here decodes: asked for (`decode.rows`: fixed, or auto on a GPU), a
     single plain model, and nothing the host must look at every step (attention to keep, the
-    coverage penalty, n-gram bans). The caller also promises sources without a target prefix,
-    constraints or a shortlist. A batch counted in tokens stays on the continuous pool: the
-    first group (a window's shortest sentences) would size the pool for every longer one."""
+    coverage penalty, n-gram bans). The caller also promises sources without a target prefix
+    or constraints (a shortlist is scored here too). A batch counted in tokens stays on the
+    continuous pool: the first group (a window's shortest sentences) would size the pool for
+    every longer one."""
     asked = cfg.rows == "fixed" or (cfg.rows == "auto" and device.type == "cuda")
     wanted = asked and cfg.batch_type == "sentences"
     per_step = attention or cfg.coverage > 0 or cfg.no_repeat_ngram > 0 or cfg.sample
@@ -146,36 +150,37 @@ def source_bucket(length: int) -> int:
 
 
 class Steps:
-    """Runs a window of steps: on a GPU as a CUDA graph per bucket (the first window of a bucket
+    """Runs a window of steps: on a GPU as a CUDA graph per shape (the first window of a shape
     runs eagerly and warms up what a capture cannot start; the second captures, then replays),
-    elsewhere eagerly, through the same function."""
+    elsewhere eagerly, through the same function. A shape: the source bucket, and the width of
+    the shortlist's columns (0: none)."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if device.type == "cuda" else None
-        self.warm: set[int] = set()
+        self.graphs: dict[Shape, torch.cuda.CUDAGraph] | None = {} if device.type == "cuda" else None
+        self.warm: set[Shape] = set()
         self.pool = None  # the graphs' shared memory pool
         # warm-ups and captures on a stream of the pool's GPU: torch's default capture stream
         # belongs to whichever GPU first captured in this process
         self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def run(self, bucket: int, window: Callable[[], None]) -> None:
+    def run(self, shape: Shape, window: Callable[[], None]) -> None:
         if self.graphs is None:
             window()
             return
         with torch.cuda.device(self.device):  # streams and captures on the pool's GPU
-            self._run_on_gpu(bucket, window)
+            self._run_on_gpu(shape, window)
 
-    def _run_on_gpu(self, bucket: int, window: Callable[[], None]) -> None:
-        if graph := self.graphs.get(bucket):
+    def _run_on_gpu(self, shape: Shape, window: Callable[[], None]) -> None:
+        if graph := self.graphs.get(shape):
             graph.replay()
             return
-        if bucket not in self.warm:  # as torch's docs ask: warmed up on a side stream
+        if shape not in self.warm:  # as torch's docs ask: warmed up on a side stream
             self.side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(self.side):
                 window()
             torch.cuda.current_stream().wait_stream(self.side)
-            self.warm.add(bucket)
+            self.warm.add(shape)
             return
         graph = torch.cuda.CUDAGraph()
         try:
@@ -186,7 +191,7 @@ class Steps:
                 f"capturing a decoding step as a CUDA graph failed ({error}); decode with --rows pooled"
             ) from None
         self.pool = graph.pool()
-        self.graphs[bucket] = graph
+        self.graphs[shape] = graph
         graph.replay()
 
 
@@ -213,6 +218,7 @@ class FixedRows(Pool):
         self.blocks: list[Sentence | Trail | None] = [None] * blocks  # per block: its sentence, or None
         self.memories: dict[int, Memory] = {}  # per source bucket: the memory buffers
         self.bucket = 0
+        self.shortlist: FixedVocabulary | None = None  # its buffers, made by the first search with one
 
     @torch.no_grad()
     def run(self, feed: Feed) -> Results:
@@ -224,7 +230,7 @@ class FixedRows(Pool):
         try:
             yield from self.windows()
         finally:  # a kept pool holds nothing of a search between two
-            self.feed, self.encoded = None, Encoded([], None, None)
+            self.feed, self.encoded, self.vocabulary = None, Encoded([], None, None), None
 
     def windows(self) -> Results:
         """Refill, a window of steps, what the host makes of it; until the feed runs out. A
@@ -242,7 +248,8 @@ class FixedRows(Pool):
                 if self.feed.exhausted:
                     return
                 continue  # a live feed with nothing ready
-            self.steps.run(self.bucket, self.advance)
+            width = self.vocabulary.width if self.vocabulary else 0
+            self.steps.run((self.bucket, width), self.advance)
             yield from results
             results = list(self.collect())
 
@@ -257,8 +264,8 @@ class FixedRows(Pool):
             if live and source_bucket(longest) < self.bucket:
                 self.rebucket(longest, self.mem)
             return
-        if any(s.prefix or s.steered or s.vocabulary is not None for s in group):
-            raise ValueError("fixed rows decode plain sources only (no prefix, constraints or shortlist)")
+        if any(s.prefix or s.steered for s in group):
+            raise ValueError("fixed rows decode plain sources only (no prefix or constraints)")
         mem, state = self.encode(group)
         if self.state is None:
             self.allocate(len(self.blocks), state)
@@ -275,6 +282,19 @@ class FixedRows(Pool):
         self.start(index, rows, max_lens)
         for b, source in zip(blocks, group, strict=True):
             self.blocks[b] = self.record(source)
+        if group[0].vocabulary is not None:  # a translator gives every sentence a shortlist, or none
+            self.cut_to_shortlist(blocks)
+
+    def cut_to_shortlist(self, joining: list[int]) -> None:
+        """The shortlist's pieces and masks for sentences that took blocks `joining`, in buffers
+        made once per pool and cleared once per search (`FixedVocabulary`)."""
+        if self.vocabulary is None:
+            if self.shortlist is None:
+                self.shortlist = FixedVocabulary(self.model.decoder.output_layer, len(self.blocks), self.K)
+            self.vocabulary = self.shortlist
+            self.shortlist.clear()
+        allowed = {b: block.source.vocabulary for b, block in enumerate(self.blocks) if block is not None}
+        self.shortlist.update(allowed, joining)
 
     def allocate(self, blocks: int, state: DecoderState) -> None:
         """The pool's buffers, shaped after the first group's state; every block idle."""

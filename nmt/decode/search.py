@@ -28,7 +28,7 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
-from nmt.decode.vocabulary import Vocabulary
+from nmt.decode.vocabulary import FixedVocabulary, Vocabulary
 from nmt.device import to_device
 from nmt.text.constraints import Candidate, Progress, allocate, banned
 from nmt.text.ranking import (
@@ -60,7 +60,12 @@ class StepModel(Protocol):
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, Any]: ...
 
     def step(
-        self, y: Tensor, state: Any, memory: Any, positions: Tensor, vocabulary: Vocabulary | None = None
+        self,
+        y: Tensor,
+        state: Any,
+        memory: Any,
+        positions: Tensor,
+        vocabulary: Vocabulary | FixedVocabulary | None = None,
     ) -> tuple[Tensor, Any, Tensor]: ...
 
 
@@ -126,7 +131,7 @@ def step_log_probs(
     histories,
     cfg: DecodeConfig,
     forced=None,
-    vocabulary: Vocabulary | None = None,
+    vocabulary: Vocabulary | FixedVocabulary | None = None,
 ):
     """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
     state and the attention weights (R, S). `forced`: a token per row that must come next (a
@@ -205,7 +210,7 @@ class Pool:
         self.pages = FreePages() if self.release_past else None
         self.step_bytes = 0  # the size of the widest step's log-probabilities
         self.prefixed = False  # whether a sentence with a target prefix has joined
-        self.vocabulary: Vocabulary | None = None  # the shortlist's pieces, when sentences have one
+        self.vocabulary: Vocabulary | FixedVocabulary | None = None  # the shortlist's pieces, if any
         self.feed: Feed | None = None
         self.encoded = Encoded([], None, None)  # sentences encoded ahead of joining
 

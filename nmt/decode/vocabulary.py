@@ -5,6 +5,7 @@ rows of those pieces, copied as sentences bring new ones), then a mask keeps eac
 its own pieces before the softmax, so a sentence decodes the same whatever shares
 its pool. The log-probabilities are spread back to the whole vocabulary (-inf elsewhere), so the
 searches and their rules (EOS, bans, prefixes, constraints) work on token ids as without one.
+`FixedVocabulary` does the same for fixed rows (`nmt.decode.rows`), in buffers a CUDA graph reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from nmt.device import to_device
 from nmt.model.linear import decoding_linear
 from nmt.text.ranking import NEG_INF
 
@@ -92,3 +94,77 @@ class Vocabulary:
         if self._spread is None or len(self._spread) < rows:
             self._spread = scores.new_full((rows, len(self.scored)), NEG_INF)
         return self._spread[:rows].index_copy_(1, self._ids, scores)
+
+
+class FixedVocabulary:
+    """`Vocabulary`'s scores for fixed rows (`nmt.decode.rows`), in buffers that keep their place
+    from window to window, so that a CUDA graph captured over them reads what each refill writes
+    there: the pieces and their rows of the output layer are copied when sentences join (never
+    inside a step), the pieces scored are padded to a multiple of COLUMNS with columns every
+    sentence masks (a graph per padded `width`, not per count), and the padding's scores go to a
+    column past the vocabulary. Rows without a sentence score every piece, to no effect."""
+
+    def __init__(self, layer: nn.Linear, blocks: int, beam: int):
+        self.layer, self.beam, self.size = layer, beam, layer.out_features
+        columns = -(-self.size // COLUMNS) * COLUMNS
+        self.weight = layer.weight.new_zeros(columns, layer.in_features)
+        self.bias = None if layer.bias is None else layer.bias.new_zeros(columns)
+        device = layer.weight.device
+        self.index = torch.empty(columns, dtype=torch.long, device=device)  # column -> piece
+        self.mask = torch.empty(blocks, columns, device=device)  # per block: 0 or -inf
+        self.spread = torch.empty(blocks * beam, self.size + 1, device=device)
+        self.scored = np.zeros(self.size, dtype=bool)
+        self.clear()
+
+    @property
+    def width(self) -> int:
+        """The columns a step scores: the pieces, padded."""
+        return -(-len(self.ids) // COLUMNS) * COLUMNS
+
+    def clear(self) -> None:
+        """No piece scored, at a search's start or when the pieces start again."""
+        self.ids = np.empty(0, dtype=np.int64)
+        self.scored[:] = False
+        self.index.fill_(self.size)
+        self.mask.zero_()
+        self.spread.fill_(NEG_INF)
+
+    def update(self, allowed: dict[int, np.ndarray], joining: list[int]) -> None:
+        """Blocks `joining` took sentences; `allowed`: the (V,) bool pieces of every block with a
+        sentence. Their new pieces get columns after the others (the masks of the blocks already
+        there are -inf in them), or, past SLACK times the pool's own, every piece starts again."""
+        union = np.logical_or.reduce(list(allowed.values()))
+        if len(self.ids) > SLACK * np.count_nonzero(union):
+            self.clear()
+            joining = list(allowed)
+        missing = np.flatnonzero(union & ~self.scored)
+        start, end = len(self.ids), len(self.ids) + len(missing)
+        if len(missing):
+            self.ids = np.concatenate([self.ids, missing])
+            self.scored[missing] = True
+            new = to_device(torch.from_numpy(missing), self.index.device)
+            self.index[start:end] = new
+            self.weight[start:end] = self.layer.weight[new]
+            if self.bias is not None:
+                self.bias[start:end] = self.layer.bias[new]
+        keep = np.stack([allowed[b] for b in joining])[:, self.ids]
+        keep = to_device(torch.from_numpy(keep), self.mask.device, torch.bool)
+        masks = self.mask.new_full((len(joining), self.mask.size(1)), NEG_INF)
+        masks[:, :end].masked_fill_(keep, 0.0)
+        self.mask[to_device(joining, self.mask.device)] = masks
+
+    def logits(self, layer: nn.Linear, x: Tensor) -> Tensor:
+        """The logits (R, width) of the pieces scored, from the rows of `layer` (the output layer
+        this vocabulary was made for) that `update` copied."""
+        assert layer is self.layer
+        width = self.width
+        return decoding_linear(x, self.weight[:width], None if self.bias is None else self.bias[:width])
+
+    def log_probs(self, logits: Tensor) -> Tensor:
+        """(R, width) logits -> (R, V) log-probabilities over each sentence's own pieces, -inf for
+        every other piece (a view of the kept `spread`, whose padding column is left out)."""
+        width = self.width
+        blocks = len(self.mask)
+        scores = (logits.view(blocks, self.beam, width) + self.mask[:, None, :width]).view(-1, width)
+        torch.log_softmax(scores, dim=-1, out=scores)
+        return self.spread.index_copy_(1, self.index[:width], scores)[:, : self.size]

@@ -213,7 +213,7 @@ class TextTranslator:
             return Translation([], [], [], [""]) if entry is None else self.translation(*entry)
 
         next_out = 0
-        plain = prefixes is None and constraints is None and self.shortlist is None
+        plain = prefixes is None and constraints is None  # a shortlist may still cut each step
         for i, hyps in self._decode_stream(windows(), nbest, attention, plain):
             done[i] = (*sources.pop(i), hyps)
             if progress:
@@ -388,7 +388,7 @@ class TextTranslator:
         self, sources: Iterator[Source], nbest: int, attention: bool, plain: bool = False
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
         """(key, n-best hypotheses) for every source, in any order. `plain`: no source has a
-        target prefix, constraints or a shortlist, so an engine may take a path without them.
+        target prefix or constraints, so an engine may take a path without them.
         This default decodes consecutive sources in batches through `_decode`; an engine with
         continuous batching replaces it."""
         waiting: dict[int, Source] = {}

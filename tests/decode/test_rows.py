@@ -4,11 +4,12 @@ pool size, across source-length buckets, with a window of steps that never waits
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 from nmt.config import DecodeConfig
-from nmt.decode import rows
+from nmt.decode import rows, vocabulary
 from nmt.decode.search import Feed, search
 from nmt.text.ranking import Source
 from nmt.vocab import EOS
@@ -75,6 +76,42 @@ def test_the_memory_moves_between_buckets_as_sources_join_and_leave(beam, monkey
     assert {k: [h.tokens for h in v] for k, v in fixed.items()} == {
         k: [h.tokens for h in v] for k, v in pooled.items()
     }
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_shortlist_keeps_each_sentence_to_its_pieces_as_the_continuous_pool_does(beam, batch, monkeypatch):
+    """The shortlist's columns on fixed rows (`FixedVocabulary`): a sentence's pieces get columns
+    when it joins, the columns widen (another graph shape) and, once they are more than SLACK
+    times the pool's own, start again (every sentence's mask anew), and every sentence decodes
+    as in the continuous pool."""
+    monkeypatch.setattr(vocabulary, "COLUMNS", 4)  # widths that change within 20 pieces
+    monkeypatch.setattr(vocabulary, "SLACK", 1.0)  # and start again with sentences beside
+    widths, restarts = [], []
+    update = vocabulary.FixedVocabulary.update
+
+    def watched(self, allowed, joining):
+        before = len(self.ids)
+        update(self, allowed, joining)
+        widths.append(self.width)
+        restarts.append(len(self.ids) < before)
+
+    monkeypatch.setattr(vocabulary.FixedVocabulary, "update", watched)
+    model = make_model(STYLES["luong-if"], dtype=torch.float64)
+    with torch.no_grad():  # sentences of different lengths: blocks join while others go on
+        model.decoder.output_layer.bias[EOS] -= 3.0
+    items = []
+    for item in mixed_sources(30, 10, seed=2):
+        allowed = np.zeros(V, dtype=bool)
+        allowed[[EOS, *(4 + (3 * item.key + j) % (V - 4) for j in range(5))]] = True  # a band of 5
+        items.append(dataclasses.replace(item, vocabulary=allowed))
+    pooled, fixed = both(model, items, DecodeConfig(beam=beam), batch, nbest=beam, window=2)
+    for key, hyps in pooled.items():
+        assert [h.tokens for h in fixed[key]] == [h.tokens for h in hyps]
+        assert [h.score for h in fixed[key]] == pytest.approx([h.score for h in hyps], rel=FLOAT32_SUMS)
+        assert all(items[key].vocabulary[t] for h in fixed[key] for t in h.tokens)
+    assert any(b > a for a, b in zip(widths, widths[1:], strict=False)), widths
+    assert any(restarts), restarts
 
 
 def test_source_buckets_pad_by_at_most_a_third():

@@ -74,6 +74,26 @@ def test_a_sentence_decodes_the_same_alone_as_beside_others(translator, shortlis
         assert [h.score for h in alone.hypotheses] == pytest.approx([h.score for h in t.hypotheses], abs=1e-5)
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_shortlist_on_fixed_rows_decodes_as_in_the_continuous_pool(translator, shortlist_file, beam):
+    """A shortlist stays on a GPU's fast path (`nmt.decode.rows`, asked for here on the CPU):
+    the same translations as the continuous pool, from a kept pool that scored its pieces only
+    and then serves a search without a shortlist."""
+    restricted = translator.shortlisted(shortlist_file)
+    lines = LINES * 3
+    narrow = {"beam": beam, "nbest": beam, "batch_size": 4}  # sentences join as others go on
+    pooled = restricted.translate(lines, rows="pooled", **narrow)
+    before = set(restricted.kept.kept.values())
+    fixed = restricted.translate(lines, rows="fixed", attention=False, **narrow)
+    assert [t.texts for t in fixed] == [t.texts for t in pooled]
+    assert [t.score for t in fixed] == pytest.approx([t.score for t in pooled], abs=1e-5)
+    (pool,) = set(restricted.kept.kept.values()) - before
+    assert 0 < len(pool.shortlist.ids) < len(translator.tok.tgt)
+    everything = translator.translate(lines, rows="fixed", attention=False, **narrow)
+    assert set(restricted.kept.kept.values()) - before == {pool} and pool.vocabulary is None  # the same pool
+    assert [t.texts for t in everything] == [t.texts for t in translator.translate(lines, **narrow)]
+
+
 def test_a_shortlist_allowing_everything_decodes_as_without(translator, tmp_path):
     size = len(translator.tok.tgt)
     everything = Shortlist(
