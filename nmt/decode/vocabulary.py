@@ -118,8 +118,13 @@ class FixedVocabulary:
 
     @property
     def width(self) -> int:
-        """The columns a step scores: the pieces, padded."""
-        return -(-len(self.ids) // COLUMNS) * COLUMNS
+        """The columns a step scores: the pieces padded to COLUMNS times 1, 2, 3, 4, 6, 8, 12, ...
+        (at most half again as many), so that a long file meets a few widths, each a graph to
+        capture (steps of COLUMNS made nine for test_2016 at batch 64)."""
+        blocks, size = -(-len(self.ids) // COLUMNS), 1
+        while size < blocks:
+            size = size * 3 // 2 if size > 1 and size & (size - 1) == 0 else 1 << size.bit_length()
+        return min(size * COLUMNS, self.mask.size(1))
 
     def clear(self) -> None:
         """No piece scored, at a search's start or when the pieces start again."""

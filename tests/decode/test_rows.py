@@ -114,6 +114,15 @@ def test_a_shortlist_keeps_each_sentence_to_its_pieces_as_the_continuous_pool_do
     assert any(restarts), restarts
 
 
+def test_a_shortlist_s_columns_are_padded_to_a_few_widths():
+    shortlist = vocabulary.FixedVocabulary(torch.nn.Linear(4, 8000), blocks=2, beam=1)
+    widths = []
+    for pieces in (1, 256, 257, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8000):
+        shortlist.ids = np.arange(pieces)
+        widths.append(shortlist.width // vocabulary.COLUMNS)
+    assert widths == [1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 32]  # 8,192 columns hold the 8,000 pieces
+
+
 def test_source_buckets_pad_by_at_most_a_third():
     sizes = sorted({rows.source_bucket(n) for n in range(1, 300)})
     assert sizes[:8] == [8, 12, 16, 24, 32, 48, 64, 96]
