@@ -284,10 +284,12 @@ def test_kept_graphs_replay_in_later_searches_and_read_weights_changed_in_place(
     assert sum(c == p for c, p in zip(changed, pooled, strict=True)) >= 0.95 * len(lines)
 
 
-def test_n_best_decodes_over_fixed_rows_and_constraints_fall_back(translating_model, toy_dir, monkeypatch):
+def test_n_best_and_prefixes_decode_over_fixed_rows_and_constraints_fall_back(
+    translating_model, toy_dir, monkeypatch
+):
     """On a GPU, n-best lists come from the fixed rows too (the continuous pool's but for rare
-    near ties), and a search with lexical constraints, which the host steers every step, goes
-    to the continuous pool and meets them."""
+    near ties), target prefixes are forced there by the device, and a search with lexical
+    constraints, which the host steers every step, goes to the continuous pool and meets them."""
     from tests.decode.test_rows import check_fixed_rows_routing
 
     check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, "cuda")

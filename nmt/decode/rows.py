@@ -58,15 +58,17 @@ from nmt.text.ranking import (
 from nmt.vocab import BOS, EOS, PAD
 
 WINDOW = 8  # steps between two reads of the device
-Shape = tuple[int, int]  # what a window's graph is captured for: the source bucket, the shortlist's width
+# what a window's graph is captured for: the source bucket, the shortlist's width (0: none), and
+# whether prefixes are forced
+Shape = tuple[int, int, bool]
 
 
 def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: bool) -> bool:
     """Whether `search` here decodes: asked for (`decode.rows`: fixed, or auto on a GPU), a
     single plain model, and nothing the host must look at every step (attention to keep, the
-    coverage penalty, n-gram bans). The caller also promises sources without a target prefix
-    or constraints (a shortlist is scored here too). A batch counted in tokens stays on the
-    continuous pool: the first group (a window's shortest sentences) would size the pool for
+    coverage penalty, n-gram bans). The caller also promises sources without constraints
+    (target prefixes and a shortlist are followed here too). A batch counted in tokens stays on
+    the continuous pool: the first group (a window's shortest sentences) would size the pool for
     every longer one."""
     asked = cfg.rows == "fixed" or (cfg.rows == "auto" and device.type == "cuda")
     wanted = asked and cfg.batch_type == "sentences"
@@ -152,8 +154,7 @@ def source_bucket(length: int) -> int:
 class Steps:
     """Runs a window of steps: on a GPU as a CUDA graph per shape (the first window of a shape
     runs eagerly and warms up what a capture cannot start; the second captures, then replays),
-    elsewhere eagerly, through the same function. A shape: the source bucket, and the width of
-    the shortlist's columns (0: none)."""
+    elsewhere eagerly, through the same function, a graph per `Shape`."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -219,6 +220,8 @@ class FixedRows(Pool):
         self.memories: dict[int, Memory] = {}  # per source bucket: the memory buffers
         self.bucket = 0
         self.shortlist: FixedVocabulary | None = None  # its buffers, made by the first search with one
+        self.prefixes: Tensor | None = None  # (blocks, decode.max_len): each block's target prefix
+        self.prefix_lens: Tensor | None = None  # (blocks,): its length, 0 for none
 
     @torch.no_grad()
     def run(self, feed: Feed) -> Results:
@@ -231,6 +234,7 @@ class FixedRows(Pool):
             yield from self.windows()
         finally:  # a kept pool holds nothing of a search between two
             self.feed, self.encoded, self.vocabulary = None, Encoded([], None, None), None
+            self.prefixed = False
 
     def windows(self) -> Results:
         """Refill, a window of steps, what the host makes of it; until the feed runs out. A
@@ -249,7 +253,7 @@ class FixedRows(Pool):
                     return
                 continue  # a live feed with nothing ready
             width = self.vocabulary.width if self.vocabulary else 0
-            self.steps.run((self.bucket, width), self.advance)
+            self.steps.run((self.bucket, width, self.prefixed), self.advance)
             yield from results
             results = list(self.collect())
 
@@ -264,8 +268,8 @@ class FixedRows(Pool):
             if live and source_bucket(longest) < self.bucket:
                 self.rebucket(longest, self.mem)
             return
-        if any(s.prefix or s.steered for s in group):
-            raise ValueError("fixed rows decode plain sources only (no prefix or constraints)")
+        if any(s.steered for s in group):
+            raise ValueError("fixed rows decode sources without constraints only")
         mem, state = self.encode(group)
         if self.state is None:
             self.allocate(len(self.blocks), state)
@@ -284,6 +288,8 @@ class FixedRows(Pool):
             self.blocks[b] = self.record(source)
         if group[0].vocabulary is not None:  # a translator gives every sentence a shortlist, or none
             self.cut_to_shortlist(blocks)
+        if self.prefixed or any(s.prefix for s in group):
+            self.put_prefixes(index, [s.prefix for s in group])
 
     def cut_to_shortlist(self, joining: list[int]) -> None:
         """The shortlist's pieces and masks for sentences that took blocks `joining`, in buffers
@@ -295,6 +301,30 @@ class FixedRows(Pool):
             self.shortlist.clear()
         allowed = {b: block.source.vocabulary for b, block in enumerate(self.blocks) if block is not None}
         self.shortlist.update(allowed, joining)
+
+    def put_prefixes(self, index: Tensor, prefixes: list[list[int]]) -> None:
+        """The target prefixes of sentences that took blocks `index`, which the step forces
+        (`forced`); the buffers are made once per pool and cleared once per search."""
+        if not self.prefixed:
+            if self.prefixes is None:
+                self.prefixes = torch.zeros(
+                    len(self.blocks), self.cfg.max_len, dtype=torch.long, device=self.device
+                )
+                self.prefix_lens = torch.zeros(len(self.blocks), dtype=torch.long, device=self.device)
+            self.prefix_lens.zero_()
+            self.prefixed = True
+        if longest := max(map(len, prefixes)):
+            padded = [prefix + [0] * (longest - len(prefix)) for prefix in prefixes]
+            self.prefixes[index, :longest] = to_device(padded, self.device)
+        self.prefix_lens[index] = to_device([len(prefix) for prefix in prefixes], self.device)
+
+    def forced(self) -> Tensor:
+        """Each row's prefix token due at this step (-1 once its prefix is written), from the
+        device's count of tokens written, so that a window forces without the host."""
+        written = self.positions
+        token = self.prefixes.gather(1, written.clamp(max=self.prefixes.size(1) - 1)[:, None])[:, 0]
+        token = token.masked_fill(written >= self.prefix_lens, -1)
+        return token[:, None].expand(-1, self.K).flatten()
 
     def allocate(self, blocks: int, state: DecoderState) -> None:
         """The pool's buffers, shaped after the first group's state; every block idle."""

@@ -130,29 +130,27 @@ def step_log_probs(
     positions: Tensor,
     histories,
     cfg: DecodeConfig,
-    forced=None,
+    forced: Tensor | None = None,
     vocabulary: Vocabulary | FixedVocabulary | None = None,
 ):
     """One decoder step for every row -> restricted log-probabilities (R, V) in fp32, the next
-    state and the attention weights (R, S). `forced`: a token per row that must come next (a
+    state and the attention weights (R, S). `forced` (R,): a token per row that must come next (a
     target prefix; -1 for none), the only one left to that row, with the model's log-probability
-    of it whatever the settings forbid. `vocabulary`: the pool's shortlist, outside which every
-    piece gets -inf."""
+    of it whatever the settings forbid; on the device, so fixed rows force without the host.
+    `vocabulary`: the pool's shortlist, outside which every piece gets -inf."""
     logits, state, weights = model.step(y, state, mem, positions, vocabulary)
     logits = logits.float()
     if vocabulary is not None:
         logits = vocabulary.log_probs(logits)
     else:  # in place: one (R, V) tensor a step instead of two, 10 MB each for a beam of 5 x 64 rows
         torch.log_softmax(logits, dim=-1, out=logits)
-    rows = [r for r, token in enumerate(forced or []) if token >= 0]
-    if not rows:
+    if forced is None:
         return restrict(logits, positions, histories, cfg), state, weights
-    rows_t = to_device(rows, logits.device)
-    tokens = to_device([forced[r] for r in rows], logits.device)
-    kept = logits[rows_t, tokens]
+    due, token = (forced >= 0)[:, None], forced.clamp(min=0)[:, None]
+    kept = logits.gather(1, token)
     restrict(logits, positions, histories, cfg)
-    logits[rows_t] = NEG_INF
-    logits[rows_t, tokens] = kept
+    logits.masked_fill_(due, NEG_INF)
+    logits.scatter_(1, token, torch.where(due, kept, logits.gather(1, token)))
     return logits, state, weights
 
 
@@ -242,8 +240,9 @@ class Pool:
         self.step_bytes = max(self.step_bytes, logp.nbytes)
         return logp, state, w
 
-    def forced(self) -> list[int]:
-        """The token each row must take next (its sentence's prefix not yet written), or -1."""
+    def forced(self) -> Tensor | None:
+        """The token each row must take next (its sentence's prefix not yet written), or -1, on
+        the device; None when no row has one."""
         raise NotImplementedError
 
     def encode(self, group: list[Source]) -> tuple[Any, Any]:
@@ -398,8 +397,8 @@ class GreedyPool(Pool):
         """Each row's next token and its log-probability: the most probable."""
         return logp.max(-1)
 
-    def forced(self) -> list[int]:
-        return [_next(row.source.prefix, len(row.tokens)) for row in self.live]
+    def forced(self) -> Tensor | None:
+        return due([_next(row.source.prefix, len(row.tokens)) for row in self.live], self.device)
 
     def _keep(self, keep: list[int]) -> None:
         if not keep:
@@ -603,8 +602,9 @@ class BeamPool(Pool):
                 keep.append(i)
         self._keep(keep, beams.parent_rows, state)
 
-    def forced(self) -> list[int]:
-        return [_next(trail.source.prefix, len(trail.tokens)) for trail in self.live for _ in range(self.K)]
+    def forced(self) -> Tensor | None:
+        tokens = [_next(trail.source.prefix, len(trail.tokens)) for trail in self.live for _ in range(self.K)]
+        return due(tokens, self.device)
 
     def forbid(self, logp: Tensor) -> None:
         """Lexical constraints, in place: no EOS before every phrase to include is written, and
@@ -683,6 +683,11 @@ def fetch(*parts: Tensor) -> list[np.ndarray]:
     pieces = np.split(host.cpu().numpy(), np.cumsum([p.size(1) for p in parts])[:-1], 1)
     kinds = {torch.float64: lambda a: a.view(np.float64), torch.bool: lambda a: a.astype(bool)}
     return [kinds.get(p.dtype, lambda a: a)(piece) for p, piece in zip(parts, pieces, strict=True)]
+
+
+def due(tokens: list[int], device: torch.device) -> Tensor | None:
+    """`tokens` (a prefix token per row, or -1) on the device, or None when no row has one."""
+    return to_device(tokens, device) if any(token >= 0 for token in tokens) else None
 
 
 def _next(prefix: list[int], written: int) -> int:

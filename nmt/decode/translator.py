@@ -128,12 +128,12 @@ class Translator(TextTranslator):
         return out  # type: ignore[return-value]
 
     def _decode_stream(
-        self, sources: Iterator[Source | None], nbest: int, attention: bool, plain: bool = False
+        self, sources: Iterator[Source | None], nbest: int, attention: bool, unconstrained: bool = False
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
         """Continuous batching (`nmt.decode.search`, `nmt.decode.sampling`): the pool refills
         from `sources`, which may be live (None: nothing ready yet). Sampling: `nbest` samples.
-        Plain sources on a GPU: fixed rows and CUDA graphs (`nmt.decode.rows`)."""
-        if plain and rows.suits(self.model, self.cfg, self.device, attention):
+        Sources without constraints on a GPU: fixed rows and CUDA graphs (`nmt.decode.rows`)."""
+        if unconstrained and rows.suits(self.model, self.cfg, self.device, attention):
             return search(
                 self.model, sources, self.cfg, self.fits, self.device, nbest, False, self.kept.pools()
             )

@@ -213,8 +213,8 @@ class TextTranslator:
             return Translation([], [], [], [""]) if entry is None else self.translation(*entry)
 
         next_out = 0
-        plain = prefixes is None and constraints is None  # a shortlist may still cut each step
-        for i, hyps in self._decode_stream(windows(), nbest, attention, plain):
+        unconstrained = constraints is None
+        for i, hyps in self._decode_stream(windows(), nbest, attention, unconstrained):
             done[i] = (*sources.pop(i), hyps)
             if progress:
                 progress(1)
@@ -385,10 +385,10 @@ class TextTranslator:
             yield batch
 
     def _decode_stream(
-        self, sources: Iterator[Source], nbest: int, attention: bool, plain: bool = False
+        self, sources: Iterator[Source], nbest: int, attention: bool, unconstrained: bool = False
     ) -> Iterator[tuple[Any, list[Hypothesis]]]:
-        """(key, n-best hypotheses) for every source, in any order. `plain`: no source has a
-        target prefix or constraints, so an engine may take a path without them.
+        """(key, n-best hypotheses) for every source, in any order. `unconstrained`: no source
+        has constraints, so an engine may take a path without them.
         This default decodes consecutive sources in batches through `_decode`; an engine with
         continuous batching replaces it."""
         waiting: dict[int, Source] = {}

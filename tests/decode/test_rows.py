@@ -12,7 +12,7 @@ from nmt.config import DecodeConfig
 from nmt.decode import rows, vocabulary
 from nmt.decode.search import Feed, search
 from nmt.text.ranking import Source
-from nmt.vocab import EOS
+from nmt.vocab import EOS, UNK
 from tests.decode.test_host_traffic import PER_ENCODE, Counted, lasting
 from tests.decode.test_search import FLOAT32_SUMS, STYLES, V, make_model
 from tests.host_traffic import HostTraffic
@@ -33,12 +33,11 @@ def mixed_sources(count: int, longest: int, seed: int = 0) -> list[Source]:
     return items
 
 
-def both(model, items, cfg, batch, nbest=1, window=rows.WINDOW):
+def both(model, items, cfg, batch, nbest=1, window=rows.WINDOW, kept=None):
     fits = lambda sentences, _: sentences <= batch  # noqa: E731
     pooled = dict(search(model, items, cfg, fits, CPU, nbest, attention=False))
-    fixed = dict(
-        search(model, items, cfg, fits, CPU, nbest, attention=False, pools=rows.Kept().pools(window))
-    )
+    pools = (kept or rows.Kept()).pools(window)
+    fixed = dict(search(model, items, cfg, fits, CPU, nbest, attention=False, pools=pools))
     assert sorted(fixed) == sorted(pooled) == list(range(len(items)))
     return pooled, fixed
 
@@ -234,10 +233,46 @@ def test_a_window_s_results_are_handed_out_once_the_next_window_runs(beam, monke
 
 def test_steered_sources_are_refused():
     model = make_model(STYLES["luong"])
-    item = Source(0, [5, 6, 2], 8, prefix=[7])
+    item = Source(0, [5, 6, 2], 8, include=[[7]])
     pool = rows.FixedGreedy(model, DecodeConfig(), CPU, False, rows.WINDOW, blocks=4)
-    with pytest.raises(ValueError, match="plain sources"):
+    with pytest.raises(ValueError, match="without constraints"):
         list(pool.run(Feed([item], lambda n, _: True)))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("batch", [2, 16])
+def test_target_prefixes_are_forced_on_the_device_as_the_continuous_pool_forces_them(
+    beam, batch, monkeypatch
+):
+    """A prefix token is the only one left to its rows, with the model's log-probability of it
+    (forced from the device's count of tokens written, without the host); sentences with and
+    without prefixes share the pool, and the first prefix may come after sentences without, in
+    a pool whose last search forced prefixes in every block."""
+    model = make_model(STYLES["luong-if"], dtype=torch.float64)
+    cfg = DecodeConfig(beam=beam, alpha=0.6, min_len=4, allow_unk=False)
+    g = torch.Generator().manual_seed(3)
+    items = []
+    for item in mixed_sources(30, 12, seed=3):
+        length = 0 if item.key < 18 or item.key % 3 == 0 else item.key % 4 + 1
+        prefix = torch.randint(3, V, (length,), generator=g).tolist()
+        prefix = [
+            UNK if token == EOS or item.key % 5 == 0 else token for token in prefix
+        ]  # allow_unk forbids it
+        items.append(dataclasses.replace(item, prefix=prefix))
+    kept = rows.Kept()
+    both(model, [dataclasses.replace(item, prefix=[5] * 12) for item in items], cfg, batch, beam, 1, kept)
+    shapes = []
+    run = rows.Steps.run
+    monkeypatch.setattr(
+        rows.Steps, "run", lambda self, shape, window: shapes.append(shape) or run(self, shape, window)
+    )
+    pooled, fixed = both(model, items, cfg, batch, nbest=beam, window=1, kept=kept)
+    for key, hyps in pooled.items():
+        assert [h.tokens for h in fixed[key]] == [h.tokens for h in hyps]
+        assert [h.score for h in fixed[key]] == pytest.approx([h.score for h in hyps], rel=FLOAT32_SUMS)
+        assert all(h.tokens[: len(items[key].prefix)] == items[key].prefix for h in fixed[key])
+    assert any(UNK in item.prefix for item in items)  # a forced token the settings forbid
+    assert not shapes[0][2] and shapes[-1][2]  # forcing from the first prefix on: a graph shape of its own
 
 
 @pytest.mark.parametrize(
@@ -260,7 +295,9 @@ def test_fixed_rows_are_chosen_on_a_gpu_or_when_asked(setting, device, attention
     assert not rows.suits(model, tokens, torch.device(device), False)  # the first group would size it
 
 
-def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_model, toy_dir, monkeypatch):
+def test_the_translator_takes_fixed_rows_only_for_unconstrained_sources(
+    translating_model, toy_dir, monkeypatch
+):
     from nmt import Translator
 
     lines = (toy_dir / "test.human").read_text(encoding="utf-8").splitlines()[:20]
@@ -272,9 +309,14 @@ def test_the_translator_takes_fixed_rows_only_for_plain_sources(translating_mode
     assert calls == [1]
     pooled = [t.text for t in translator.translate(lines, attention=False, rows="pooled")]
     assert fixed == pooled
-    translator.translate(lines, attention=False, prefixes=[""] * len(lines))  # may steer: pooled
+    prefixes = [" ".join(text.split()[:1]) for text in fixed]
+    prefixed = translator.translate(lines, attention=False, prefixes=prefixes)
+    assert calls == [1, 1]  # target prefixes: fixed rows
+    pooled = translator.translate(lines, attention=False, prefixes=prefixes, rows="pooled")
+    assert [t.text for t in prefixed] == [t.text for t in pooled]
+    translator.translate(lines, attention=False, constraints=[{}] * len(lines))  # may steer: pooled
     translator.translate(lines)  # attention kept: pooled
-    assert calls == [1]
+    assert calls == [1, 1]
 
 
 def test_pools_have_a_power_of_two_blocks_up_to_the_batch():
@@ -320,7 +362,9 @@ def test_a_translator_keeps_its_pools_between_searches(translating_model, toy_di
     assert len(translator.kept.kept) == 4 and pool in translator.kept.kept.values()
 
 
-def test_n_best_decodes_over_fixed_rows_and_constraints_fall_back(translating_model, toy_dir, monkeypatch):
+def test_n_best_and_prefixes_decode_over_fixed_rows_and_constraints_fall_back(
+    translating_model, toy_dir, monkeypatch
+):
     """What the cuda test of the same name checks on a GPU, with fixed rows asked for on the CPU."""
     check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, "cpu", rows="fixed")
 
@@ -342,11 +386,15 @@ def check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, device: st
         for f, p in zip(fixed, pooled, strict=True)
     )
     assert same >= 0.9 * len(lines) and all(len(t.hypotheses) == 3 for t in fixed)
+    prefixes = [t.text.split()[0] if i % 2 else "" for i, t in enumerate(fixed)]
+    prefixed = translator.translate(lines, nbest=3, attention=False, prefixes=prefixes)
+    assert calls == [1, 1]  # target prefixes: fixed rows, forced on the device
+    assert all(text.startswith(p) for p, t in zip(prefixes, prefixed, strict=True) for text in t.texts)
     phrases = [t.text.split()[-1] for t in fixed[:5]]
     constrained = translator.translate(
         lines[:5], attention=False, constraints=[{"constraints": [p]} for p in phrases]
     )
-    assert calls == [1]  # the continuous pool
+    assert calls == [1, 1]  # the continuous pool
     assert all(p in t.text.split() for p, t in zip(phrases, constrained, strict=True))
 
 
