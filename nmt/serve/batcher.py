@@ -42,6 +42,9 @@ class Settings:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    # no attention to answer with, no markup to carry, no constraints: the search keeps no
+    # attention, and on a GPU it runs over fixed rows and CUDA graphs (`nmt.decode.rows`)
+    plain: bool = False
 
 
 @dataclass(eq=False)
@@ -156,7 +159,7 @@ class Batcher:
 
     def _decode_pool(self, settings: Settings) -> None:
         """Decode the jobs with `settings` as one pool, admitting them as they come."""
-        decode = {k: v for k, v in asdict(settings).items() if k not in ("model", "nbest")}
+        decode = {k: v for k, v in asdict(settings).items() if k not in ("model", "nbest", "plain")}
         translator = self.translators[settings.model].configured(
             **decode, batch_size=self.max_batch, batch_type="sentences"
         )
@@ -178,7 +181,10 @@ class Batcher:
                         yield from self._job_sources(ahead, translator, admitted, encoded)
 
         try:
-            for (job, i), hyps in translator._decode_stream(sources(), settings.nbest, attention=True):
+            stream = translator._decode_stream(
+                sources(), settings.nbest, attention=not settings.plain, unconstrained=settings.plain
+            )
+            for (job, i), hyps in stream:
                 job.results[i] = translator.translation(*encoded.pop((job, i)), hyps)
                 job.left -= 1
                 if not job.left:

@@ -109,11 +109,12 @@ def parse_translate(body: bytes, limits: Limits, default_beams: dict[str, int]) 
         "top_p": _number(data, "top_p", 1.0),
         "seed": _integer(data, "seed", MAX_SEED, None, least=0),
     }
-    settings = Settings(model, beam, nbest, max_len, sample, **sampling)
     steered = [i for i, c in enumerate(constraints or []) if c.include or c.avoid]
     if steered and (sample or max(beam, nbest) < 2):  # a sentence without phrases takes any search
         where = "text" if "text" in data else f"texts[{steered[0]}]"
         raise RequestError(422, f"{where}: lexical constraints need beam search; ask for a beam of 2 or more")
+    plain = not (attention or markups or steered)
+    settings = Settings(model, beam, nbest, max_len, sample, **sampling, plain=plain)
     if markups:
         sentences = [m.plain for m in markups]
     return TranslateRequest(sentences, settings, attention, prefixes, constraints, markups)

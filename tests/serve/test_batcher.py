@@ -33,12 +33,25 @@ async def submit_all(batcher: Batcher, jobs: list[tuple[Settings, list[str]]], s
 
 
 @pytest.mark.parametrize("stagger", [0.0, 0.005])
-def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger):
+@pytest.mark.parametrize("rows", ["pooled", "fixed"])
+def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger, rows, monkeypatch):
+    """Plain requests (no attention, markup or constraints) share pools of their own, which on a
+    GPU (`rows: fixed` here) run over fixed rows, a live feed that waits for its answers."""
+    from nmt.decode import rows as fixed_rows
+
+    searches = []
+    pools = fixed_rows.Kept.pools
+    monkeypatch.setattr(fixed_rows.Kept, "pools", lambda *a, **k: searches.append(1) or pools(*a, **k))
     greedy, beam = Settings("toy", 1, 1, None), Settings("toy", 3, 2, None)
-    jobs = [(greedy if i % 3 else beam, lines[i : i + 1 + i % 4]) for i in range(0, 36, 2)]
-    jobs.append((greedy, ["", lines[0], ""]))  # empty lines are answered in place
-    jobs.append((greedy, lines))  # wider than the pool: its sentences join as rows free up
-    batcher = Batcher({"toy": translator}, max_batch=8, max_wait_ms=1)
+    plain_greedy, plain_beam = (
+        Settings("toy", 1, 1, None, plain=True),
+        Settings("toy", 3, 2, None, plain=True),
+    )
+    kinds = [greedy, beam, plain_greedy, plain_beam]
+    jobs = [(kinds[i % 4] if i % 3 else beam, lines[i : i + 1 + i % 4]) for i in range(0, 36, 2)]
+    jobs.append((plain_greedy, ["", lines[0], ""]))  # empty lines are answered in place
+    jobs.append((plain_beam, lines))  # wider than the pool: its sentences join as rows free up
+    batcher = Batcher({"toy": translator.configured(rows=rows)}, max_batch=8, max_wait_ms=1)
     batcher.start()
     try:
         answers = asyncio.run(submit_all(batcher, jobs, stagger))
@@ -47,7 +60,9 @@ def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger)
     for (settings, sentences), answer in zip(jobs, answers, strict=True):
         alone = translator.translate(sentences, settings.nbest, beam=settings.beam)
         assert [t.texts for t in answer] == [t.texts for t in alone]
+        assert all((t.hypotheses[0].attention is None) == settings.plain for t in answer if t.hypotheses)
     assert batcher.waiting == 0
+    assert bool(searches) == (rows == "fixed")
 
 
 def test_close_answers_what_is_queued(translator, lines):

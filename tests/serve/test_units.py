@@ -20,7 +20,8 @@ def parse(body):
 
 def test_defaults_come_from_the_first_model():
     req = parse({"text": "hallo"})
-    assert req.sentences == ["hallo"] and req.settings == Settings("first", 4, 1, None) and not req.attention
+    plain = Settings("first", 4, 1, None, plain=True)
+    assert req.sentences == ["hallo"] and req.settings == plain and not req.attention
     req = parse(
         {"texts": ["a", "b"], "model": "second", "beam": 2, "nbest": 2, "max_len": 9, "attention": True}
     )
@@ -28,8 +29,18 @@ def test_defaults_come_from_the_first_model():
     req = parse(
         {"text": "a", "sample": True, "nbest": 3, "temperature": 2, "top_k": 0, "top_p": 0.9, "seed": 7}
     )
-    assert req.settings == Settings("first", 4, 3, None, True, 2.0, 0, 0.9, 7)
-    assert parse({"text": "a", "sample": False}).settings == Settings("first", 4, 1, None, False)
+    assert req.settings == Settings("first", 4, 3, None, True, 2.0, 0, 0.9, 7, plain=True)
+    assert parse({"text": "a", "sample": False}).settings == Settings("first", 4, 1, None, False, plain=True)
+
+
+def test_a_request_is_plain_without_attention_markup_or_constraints():
+    """Plain requests share pools of their own, which keep no attention and which a GPU decodes
+    over fixed rows; a target prefix or an empty constraint leaves a request plain."""
+    assert parse({"text": "a", "prefix": "b", "constraints": []}).settings.plain
+    assert not parse({"text": "a", "attention": True}).settings.plain
+    assert not parse({"text": "a <b>c</b>", "markup": True}).settings.plain
+    assert not parse({"text": "a", "constraints": ["b"]}).settings.plain
+    assert not parse({"text": "a", "avoid": ["b"]}).settings.plain
     assert parse({"text": "a", "prefix": "b"}).prefixes == ["b"] and parse({"text": "a"}).prefixes is None
     assert parse({"texts": ["a", "b"], "prefixes": ["", "c"]}).prefixes == ["", "c"]
     assert parse({"text": "a", "constraints": ["b"]}).constraints == [Constraints(["b"], [])]
