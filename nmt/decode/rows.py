@@ -77,11 +77,16 @@ def suits(model: StepModel, cfg: DecodeConfig, device: torch.device, attention: 
     return wanted and plain and not per_step
 
 
-def pool_blocks(sentences: int, batch_size: int) -> int:
-    """The blocks of a pool whose first group holds `sentences`: the next power of two, at most
-    the batch size, so that calls of other sizes share a few pools (and their graphs); the
-    blocks no sentence takes stay idle. None ready yet (a live feed): the batch size."""
-    return min(1 << (sentences - 1).bit_length(), batch_size) if sentences else batch_size
+def pool_blocks(feed: Feed, batch_size: int) -> int:
+    """The blocks of a pool whose first group holds the sentences ready: the next power of two,
+    at most the batch size, so that calls of other sizes share a few pools (and their graphs);
+    the blocks no sentence takes stay idle. A live feed (a server's queue, where more come while
+    the pool decodes): the batch size, or the pool of its first request would serve every later
+    one a few sentences at a time."""
+    sentences = feed.fitting()
+    if feed.live or not sentences:
+        return batch_size
+    return min(1 << (sentences - 1).bit_length(), batch_size)
 
 
 def weights_of(model: StepModel) -> tuple:
@@ -130,7 +135,7 @@ class Reused:
 
     def run(self, feed: Feed) -> Results:
         model, cfg, device, _, *beam = self.args
-        blocks = pool_blocks(feed.fitting(), cfg.batch_size)
+        blocks = pool_blocks(feed, cfg.batch_size)
         modes = (torch.is_inference_mode_enabled(), torch.is_autocast_enabled(device.type))
         key = (self.kind, *beam, self.window, blocks, str(device), repr(cfg), weights_of(model), modes)
         pool = self.kept.take(key) or self.kind(*self.args, window=self.window, blocks=blocks)

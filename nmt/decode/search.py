@@ -81,6 +81,7 @@ class Feed:
         self._sources, self.fits = iter(sources), fits
         self._ahead: collections.deque[Source] = collections.deque()  # read, not yet taken
         self._done = False
+        self.live = False  # whether it has said "none ready yet": more may come while decoding
 
     @property
     def exhausted(self) -> bool:
@@ -100,6 +101,7 @@ class Feed:
                 self._done = True
                 break
             if source is None:  # a live feed with nothing ready: ask again next step
+                self.live = True
                 break
             self._ahead.append(source)
 

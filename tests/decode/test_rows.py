@@ -320,9 +320,14 @@ def test_the_translator_takes_fixed_rows_only_for_unconstrained_sources(
 
 
 def test_pools_have_a_power_of_two_blocks_up_to_the_batch():
-    assert [rows.pool_blocks(n, 64) for n in (1, 2, 3, 5, 40, 64)] == [1, 2, 4, 8, 64, 64]
-    assert rows.pool_blocks(100, 64) == 64
-    assert rows.pool_blocks(0, 64) == 64  # a live feed with none ready yet
+    def blocks(sources, batch=64):
+        return rows.pool_blocks(Feed(sources, lambda n, _: n <= batch), batch)
+
+    items = mixed_sources(100, 8)
+    assert [blocks(items[:n]) for n in (1, 2, 3, 5, 40, 64)] == [1, 2, 4, 8, 64, 64]
+    assert blocks(items) == 64
+    assert blocks([None, *items[:3]]) == 64  # a live feed with none ready yet
+    assert blocks([items[0], None, *items[1:3]]) == 64  # a server's first request: more will come
 
 
 def test_a_translator_keeps_its_pools_between_searches(translating_model, toy_dir):

@@ -36,7 +36,7 @@ async def submit_all(batcher: Batcher, jobs: list[tuple[Settings, list[str]]], s
 @pytest.mark.parametrize("rows", ["pooled", "fixed"])
 def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger, rows, monkeypatch):
     """Plain requests (no attention, markup or constraints) share pools of their own, which on a
-    GPU (`rows: fixed` here) run over fixed rows, a live feed that waits for its answers."""
+    GPU (`rows: fixed` here) run over fixed rows, fed live."""
     from nmt.decode import rows as fixed_rows
 
     searches = []
@@ -63,6 +63,24 @@ def test_every_job_gets_exactly_its_own_translations(translator, lines, stagger,
         assert all((t.hypotheses[0].attention is None) == settings.plain for t in answer if t.hypotheses)
     assert batcher.waiting == 0
     assert bool(searches) == (rows == "fixed")
+
+
+def test_fixed_rows_fed_live_are_as_wide_as_the_server_s_batch(translator, lines):
+    """A fixed-row pool that one request starts takes --max-batch rows: more requests come while
+    it decodes, and they join it rather than pass through it a sentence at a time."""
+    from nmt.decode import rows
+
+    fixed = translator.configured(rows="fixed")
+    fixed.kept = rows.Kept()  # this test's pools alone
+    batcher = Batcher({"toy": fixed}, max_batch=8, max_wait_ms=0)
+    batcher.start()
+    plain = Settings("toy", 1, 1, None, plain=True)
+    try:
+        answers = asyncio.run(submit_all(batcher, [(plain, [line]) for line in lines[:16]], stagger=0.01))
+    finally:
+        batcher.close()
+    assert [a[0].text for a in answers] == [t.text for t in translator.translate(lines[:16])]
+    assert [len(pool.blocks) for pool in fixed.kept.kept.values()] == [8]
 
 
 def test_close_answers_what_is_queued(translator, lines):
