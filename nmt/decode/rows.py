@@ -157,9 +157,9 @@ def source_bucket(length: int) -> int:
 
 
 class Steps:
-    """Runs a window of steps: on a GPU as a CUDA graph per shape (the first window of a shape
+    """Runs a window of steps: on a GPU as a CUDA graph per `Shape` (the first window of a shape
     runs eagerly and warms up what a capture cannot start; the second captures, then replays),
-    elsewhere eagerly, through the same function, a graph per `Shape`."""
+    elsewhere eagerly, through the same function."""
 
     def __init__(self, device: torch.device):
         self.device = device
