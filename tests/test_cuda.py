@@ -141,7 +141,8 @@ def test_a_shortlist_decodes_on_the_gpu_as_on_the_cpu(translating_model, toy_dir
         on_gpu = gpu.translate(lines, beam=beam, attention=False)
         assert sum(g.text == c.text for g, c in zip(on_gpu, on_cpu, strict=True)) >= 0.95 * len(lines)
         (pool,) = gpu.kept.kept.values()
-        assert pool.steps.graphs and all(width > 0 for _, width in pool.steps.graphs), pool.steps.graphs
+        widths = [width for _, width, _ in pool.steps.graphs]  # per `rows.Shape`
+        assert widths and all(widths), pool.steps.graphs
 
 
 @pytest.mark.parametrize("beam", [1, 5])
@@ -228,9 +229,9 @@ def test_fixed_rows_replayed_as_cuda_graphs_decode_as_the_eager_searches(
     windows, encodes = [], []
     run, encode = rows.Steps.run, Seq2Seq.encode
 
-    def watched(self, bucket, window):
-        run(self, bucket, window)
-        windows.append((bucket, bucket in (self.graphs or {})))
+    def watched(self, shape, window):
+        run(self, shape, window)
+        windows.append((shape, shape in (self.graphs or {})))
 
     monkeypatch.setattr(rows.Steps, "run", watched)
     monkeypatch.setattr(Seq2Seq, "encode", lambda *a: encodes.append(1) or encode(*a))
@@ -247,9 +248,9 @@ def test_fixed_rows_replayed_as_cuda_graphs_decode_as_the_eager_searches(
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) <= len(windows) + 3 * len(encodes), [str(w.message) for w in syncs[:5]]
-    buckets = {bucket for bucket, _ in windows}
-    assert len(buckets) > 1, windows
-    assert sum(replayed for _, replayed in windows) >= len(windows) - 2 * len(buckets), windows
+    shapes = {shape for shape, _ in windows}  # source buckets here (no shortlist, no prefixes)
+    assert len(shapes) > 1, windows
+    assert sum(replayed for _, replayed in windows) >= len(windows) - 2 * len(shapes), windows
     pooled = [t.text for t in gpu.translate(lines, attention=False, rows="pooled")]
     on_cpu = Translator.load(translating_model.last, device="cpu", beam=beam).translate(
         lines, attention=False
