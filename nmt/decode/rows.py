@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
+from nmt.data.batching import pad_sources
 from nmt.decode.search import (
     Encoded,
     Feed,
@@ -318,10 +319,9 @@ class FixedRows(Pool):
                 self.prefix_lens = torch.zeros(len(self.blocks), dtype=torch.long, device=self.device)
             self.prefix_lens.zero_()
             self.prefixed = True
-        if longest := max(map(len, prefixes)):
-            padded = [prefix + [0] * (longest - len(prefix)) for prefix in prefixes]
-            self.prefixes[index, :longest] = to_device(padded, self.device)
-        self.prefix_lens[index] = to_device([len(prefix) for prefix in prefixes], self.device)
+        padded, lengths = pad_sources(prefixes)
+        self.prefixes[index, : padded.size(1)] = to_device(padded, self.device)
+        self.prefix_lens[index] = to_device(lengths, self.device)
 
     def forced(self) -> Tensor:
         """Each row's prefix token due at this step (-1 once its prefix is written), from the

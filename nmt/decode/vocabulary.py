@@ -65,10 +65,8 @@ class Vocabulary:
         """`layer`'s logits (R, U) of the vocabulary's pieces only, for decoding (no dropout),
         and padding columns past them."""
         entry = self._rows.get(id(layer))
-        if entry is None:  # room for every piece, and the padding past the last
-            shape = (-(-layer.out_features // COLUMNS) * COLUMNS, layer.in_features)
-            bias = None if layer.bias is None else layer.bias.new_zeros(shape[0])
-            entry = self._rows[id(layer)] = [layer.weight.new_zeros(shape), bias, 0]
+        if entry is None:
+            entry = self._rows[id(layer)] = [*room_for_rows(layer), 0]
         weight, bias, filled = entry
         n = len(self.ids)
         if filled < n:  # the rows of the pieces added since the last step
@@ -87,13 +85,28 @@ class Vocabulary:
 
         The (R, V) tensor is kept from step to step: the searches only ever write -inf into it,
         so its columns outside `ids` stay -inf and a step writes the R x U scores alone."""
-        n = len(self.ids)
-        scores = (logits[:, :n].reshape(len(self.mask), -1, n) + self.mask[:, None]).view(-1, n)
-        torch.log_softmax(scores, dim=-1, out=scores)
-        rows = len(scores)
+        rows = len(logits)
         if self._spread is None or len(self._spread) < rows:
-            self._spread = scores.new_full((rows, len(self.scored)), NEG_INF)
-        return self._spread[:rows].index_copy_(1, self._ids, scores)
+            self._spread = logits.new_full((rows, len(self.scored)), NEG_INF)
+        return spread_log_probs(logits, self.mask, self._ids, self._spread[:rows])
+
+
+def room_for_rows(layer: nn.Linear) -> tuple[Tensor, Tensor | None]:
+    """Zeroed weight and bias rows for every piece of the output layer `layer`, and the padding
+    past the last (a multiple of COLUMNS): the pieces scored are copied in, in column order."""
+    rows = -(-layer.out_features // COLUMNS) * COLUMNS
+    bias = None if layer.bias is None else layer.bias.new_zeros(rows)
+    return layer.weight.new_zeros(rows, layer.in_features), bias
+
+
+def spread_log_probs(logits: Tensor, mask: Tensor, ids: Tensor, spread: Tensor) -> Tensor:
+    """(R, >= U) logits of the U columns `ids` names, R a multiple of the sentences of `mask`
+    (each sentence's 0 or -inf a column) -> each sentence's log-softmax over its own pieces,
+    written into those columns of `spread` (R, V), which it returns."""
+    n = len(ids)
+    scores = (logits[:, :n].reshape(len(mask), -1, n) + mask[:, None, :n]).view(-1, n)
+    torch.log_softmax(scores, dim=-1, out=scores)
+    return spread.index_copy_(1, ids, scores)
 
 
 class FixedVocabulary:
@@ -105,11 +118,9 @@ class FixedVocabulary:
     column past the vocabulary. Rows without a sentence score every piece, to no effect."""
 
     def __init__(self, layer: nn.Linear, blocks: int, beam: int):
-        self.layer, self.beam, self.size = layer, beam, layer.out_features
-        columns = -(-self.size // COLUMNS) * COLUMNS
-        self.weight = layer.weight.new_zeros(columns, layer.in_features)
-        self.bias = None if layer.bias is None else layer.bias.new_zeros(columns)
-        device = layer.weight.device
+        self.layer, self.size = layer, layer.out_features
+        self.weight, self.bias = room_for_rows(layer)
+        columns, device = len(self.weight), layer.weight.device
         self.index = torch.empty(columns, dtype=torch.long, device=device)  # column -> piece
         self.mask = torch.empty(blocks, columns, device=device)  # per block: 0 or -inf
         self.spread = torch.empty(blocks * beam, self.size + 1, device=device)
@@ -168,8 +179,4 @@ class FixedVocabulary:
     def log_probs(self, logits: Tensor) -> Tensor:
         """(R, width) logits -> (R, V) log-probabilities over each sentence's own pieces, -inf for
         every other piece (a view of the kept `spread`, whose padding column is left out)."""
-        width = self.width
-        blocks = len(self.mask)
-        scores = (logits.view(blocks, self.beam, width) + self.mask[:, None, :width]).view(-1, width)
-        torch.log_softmax(scores, dim=-1, out=scores)
-        return self.spread.index_copy_(1, self.index[:width], scores)[:, : self.size]
+        return spread_log_probs(logits, self.mask, self.index[: self.width], self.spread)[:, : self.size]
