@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -17,7 +18,19 @@ if TYPE_CHECKING:
     from nmt.train.signals import Interrupted
 
 
+# what OpenMP reads: a count, "2", or one per nesting level, "2,1"
+THREAD_COUNTS = re.compile(r"\s*0*[1-9]\d{0,5}\s*(,\s*0*[1-9]\d{0,5}\s*)*")
+
+
 def main() -> None:
+    if (threads := os.environ.get("OMP_NUM_THREADS")) is not None and not THREAD_COUNTS.fullmatch(threads):
+        # before torch loads: its OpenMP would print "Invalid value" twice and run on every core
+        print(
+            f"error: OMP_NUM_THREADS={threads!r} is not a number of threads; set a whole number of "
+            "at least 1 (e.g. OMP_NUM_THREADS=2), or unset it and nmt uses the cores that are free",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if sys.argv[1:2] == ["train"]:
         # OpenMP threads that wait asleep, not spinning, before torch loads: training lost nothing
         # on a quiet 2-core EPYC (572-661 -> 682 target tokens/s) and ran at 419 beside one

@@ -4,6 +4,7 @@ curves, BLEU by length. It sits below its users; matplotlib is imported only whe
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 from nmt.errors import NMTError
@@ -12,12 +13,35 @@ from nmt.words import attention_view
 
 
 def pyplot():
+    _quiet_config_folder()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _quiet_config_folder() -> None:
+    """Where matplotlib cannot write its config folder (a read-only home), a temporary one of
+    our own, removed at exit: matplotlib would make one too, but with two warnings among nmt's
+    lines."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "matplotlib"
+    try:
+        config.mkdir(parents=True, exist_ok=True)
+        writable = os.access(config, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="nmt-matplotlib-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["MPLCONFIGDIR"] = folder
 
 
 FORMATS = ("png", "svg", "pdf")

@@ -18,7 +18,7 @@ CORE = [
     ["nmt.errors", "nmt.vocab", "nmt.registry", "nmt.words", "nmt.allocator", "nmt.version", "nmt.assets"],
     ["nmt.fileio", "nmt.config", "nmt.device", "nmt.machine", "nmt.hub"],
     ["nmt.jsonvalues"],
-    ["nmt.plots", "nmt.rundir"],
+    ["nmt.plots", "nmt.rundir", "nmt.measured"],
     ["nmt.data", "nmt.evaluate"],
     ["nmt.model"],
     ["nmt.checkpoint", "nmt.text"],

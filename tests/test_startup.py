@@ -298,3 +298,36 @@ def test_a_new_run_folder_gets_the_permissions_of_a_folder_made_by_hand(toy_dir,
     finally:
         os.umask(old)
     assert (tmp_path / "run").stat().st_mode & 0o777 == 0o755  # mkdtemp made it 0700
+
+
+# -- the environment ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5", ""])
+def test_a_thread_count_openmp_cannot_read_is_one_line_before_anything_starts(value):
+    proc = nmt_process(["translate", "-m", "missing"], env_extra={"OMP_NUM_THREADS": value})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    assert one_line(err) == (
+        f"error: OMP_NUM_THREADS={value!r} is not a number of threads; set a whole number of at least 1 "
+        "(e.g. OMP_NUM_THREADS=2), or unset it and nmt uses the cores that are free"
+    )  # and not libgomp's "Invalid value" lines
+
+
+@pytest.mark.parametrize("value", ["2", " 1 ", "2,1"])
+def test_thread_counts_openmp_reads_pass(value):
+    proc = nmt_process(["translate", "-m", "missing"], env_extra={"OMP_NUM_THREADS": value})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and one_line(err) == "error: missing: checkpoint not found"
+
+
+def test_plots_under_a_home_matplotlib_cannot_write_to_print_nothing(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".config").write_text("")  # its config folder cannot be made: as under a read-only home
+    env = {k: v for k, v in ENV.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    script = "from nmt.plots import pyplot; fig = pyplot().figure(); print('drawn')"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**env, "HOME": str(home)}, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "drawn\n", "")

@@ -152,6 +152,10 @@ def _sentences(data: dict[str, Any], limits: Limits) -> list[str]:
 def _prefixes(data: dict[str, Any], limits: Limits, sentences: int) -> list[str] | None:
     """The target prefixes: `prefix` (a string) beside `text`, or `prefixes` (a list of strings,
     one per sentence) beside `texts`, each checked like a sentence; None when there are none."""
+    if "prefix" in data and "prefixes" in data:
+        raise RequestError(
+            422, 'give one of "prefix" (beside "text") or "prefixes" (beside "texts"), not both'
+        )
     if "prefix" in data:
         if "text" not in data:
             raise RequestError(422, 'prefix: goes with "text"; beside "texts" give "prefixes", one per text')

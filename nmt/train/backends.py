@@ -15,7 +15,6 @@ its choices, so a resumed run computes with the same backends and stays bit-iden
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -23,22 +22,21 @@ from pathlib import Path
 import torch
 
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write_text
 from nmt.machine import cpu_name, milliseconds
+from nmt.measured import Entry, MeasuredFile
 from nmt.model import linear
 
 FORCED = "NMT_WEIGHT_GRADIENT"
 DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
 REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
+SHAPE = re.compile(r"\d{1,9} x \d{1,9} x \d{1,9}")  # rows x out x inner, as `shape_key` writes it
+CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), SHAPE)
 
 
 def cache_file() -> Path:
-    """The machine's choices: backends.json in $NMT_CACHE_DIR, else in $XDG_CACHE_HOME/nmt, else
-    in ~/.cache/nmt."""
-    if folder := os.environ.get("NMT_CACHE_DIR"):
-        return Path(folder) / "backends.json"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt" / "backends.json"
+    """The machine's choices: backends.json in nmt's cache folder (`nmt.measured.cache_folder`)."""
+    return CACHE.path
 
 
 def machine_key() -> str:
@@ -55,16 +53,6 @@ def rows_bucket(rows: int) -> int:
 
 def shape_key(rows: int, out: int, inner: int) -> str:
     return f"{rows_bucket(rows)} x {out} x {inner}"
-
-
-def read_cache() -> dict:
-    """Every machine's cached choices ({} when there are none, or the file is unreadable or not
-    what this module writes)."""
-    try:
-        cache = json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home directory to find
-        return {}
-    return cache if isinstance(cache, dict) else {}
 
 
 def known(choice: object) -> bool:
@@ -92,7 +80,11 @@ def time_backends(rows: int, out: int, inner: int) -> dict[str, float]:
 class BackendChoices:
     """The weight-gradient backend of each shape for one training process: `forced` (else the
     environment's) for every shape, else the run's recorded choices, then the machine's cache,
-    then a measurement (when `measure`; else the default). Every choice made is recorded."""
+    then a measurement (when `measure`; else the default). Every choice made is recorded, and
+    what ran is what is recorded: a forced backend replaces a resumed run's own.
+
+    `notes`: lines for the run's log, said once at its start (a cache file ignored, a resumed
+    run's recorded backends overridden by the environment)."""
 
     def __init__(self, recorded: dict[str, str] | None = None, measure: bool = True, forced: str = ""):
         self.chosen = {key: choice for key, choice in (recorded or {}).items() if known(choice)}
@@ -100,14 +92,23 @@ class BackendChoices:
         self.forced = forced or os.environ.get(FORCED, "")
         if self.forced and not known(self.forced):
             names = ", ".join(linear.WEIGHT_GRADIENT)
-            raise NMTError(f"{FORCED}={self.forced} is not a backend; use one of {names}, or unset it")
+            raise NMTError(f"{FORCED}={self.forced!r} is not a backend; use one of {names}, or unset it")
+        self.cached, note = CACHE.entries(machine_key())
+        self.notes = [note] if note else []
+        if self.forced and (others := sorted({c for c in self.chosen.values() if c != self.forced})):
+            self.notes.append(
+                f"{FORCED}={self.forced} replaces the {', '.join(others)} this run computed with until now: "
+                "from here on it is not bit-identical to an uninterrupted run (unset it to keep that)"
+            )
+            self.chosen = dict.fromkeys(self.chosen, self.forced)
 
     @classmethod
     def for_run(cls, checkpoint: dict | None, measure: bool) -> BackendChoices:
         """A fresh run's choices, or a resumed run's: those it recorded, and for a run from
-        before choices were recorded, the default everywhere (what it computed with)."""
+        before choices were recorded, the default everywhere (what it computed with) unless the
+        environment forces another."""
         if checkpoint and "backends" not in checkpoint:
-            return cls(forced=DEFAULT)
+            return cls(forced=os.environ.get(FORCED) or DEFAULT)
         return cls(checkpoint.get("backends") if checkpoint else None, measure)
 
     def install(self) -> None:
@@ -118,36 +119,27 @@ class BackendChoices:
         key = shape_key(rows, out, inner)
         if key not in self.chosen:
             self.chosen[key] = self.forced or self._cached_or_measured(key, rows, out, inner)
-        return self.forced or self.chosen[key]
+        return self.chosen[key]
 
     def _cached_or_measured(self, key: str, rows: int, out: int, inner: int) -> str:
-        cache = read_cache()
-        mine = cache.get(machine_key())
-        mine = mine if isinstance(mine, dict) else {}
-        entry = mine.get(key)
-        if isinstance(entry, dict) and known(entry.get("choice")):
-            return entry["choice"]
+        if key in self.cached:
+            return self.cached[key].choice
         if not self.measure:
             return DEFAULT
         timings = time_backends(rows_bucket(rows), out, inner)
-        choice = faster(timings)
-        cache[machine_key()] = mine | {key: {"choice": choice, "ms": timings}}
-        try:
-            cache_file().parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(cache_file(), json.dumps(cache, indent=1, sort_keys=True) + "\n")
-        except (OSError, NMTError, RuntimeError):  # no home, read-only, a full disk: still chosen here
-            pass
-        return choice
+        self.cached[key] = Entry(faster(timings), timings)
+        CACHE.save(machine_key(), key, self.cached[key])
+        return self.cached[key].choice
 
 
 def choices_report() -> str:
-    """`nmt env --bench`: this machine's cached choices, one line a shape ('' when none)."""
-    entries = read_cache().get(machine_key())
-    if not isinstance(entries, dict) or not entries:
-        return ""
+    """`nmt env --bench`: this machine's cached choices, one line a shape ('' when none), or
+    the line saying the cache is ignored."""
+    entries, note = CACHE.entries(machine_key())
+    if note or not entries:
+        return note
     lines = [f"weight gradients, measured when training first met them ({cache_file()}):"]
-    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in re.findall(r"\d+", item[0])]):
-        entry = entry if isinstance(entry, dict) else {}
-        timings = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry.get("ms", {}).items()))
-        lines.append(f"  {key:20} {entry.get('choice', '?'):7} ({timings})")
+    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]):
+        timings = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry.ms.items()))
+        lines.append(f"  {key:20} {entry.choice:7} ({timings})")
     return "\n".join(lines)

@@ -72,6 +72,7 @@ class Trainer:
         self.unread_skips: int | torch.Tensor = 0  # fp16 overflow steps not yet in progress.skipped_steps
         self.notes = [*self.epochs.notes, *self.validator.notes, self.learner.note]  # logged at the start
         self.notes += [start.note] if start else []
+        self.notes += self.backends.notes if self.backends else []
         self.notes += self._restore(checkpoint)
         self.last_valid: dict = {}  # the newest validation's entry
         self.stop = StopRequest()  # what a signal asks while training (stop_requests)

@@ -89,6 +89,12 @@ def test_sentences_without_phrases_take_any_search():
         ({"text": "a", "prefix": 3}, 422, "prefix: must be a string"),
         ({"texts": ["a"], "prefix": "b"}, 422, 'prefix: goes with "text"'),
         ({"text": "a", "prefixes": ["b"]}, 422, 'prefixes: go with "texts"'),
+        (
+            {"text": "a", "prefix": "b", "prefixes": ["c"]},
+            422,
+            'one of "prefix" (beside "text") or "prefixes"',
+        ),
+        ({"texts": ["a"], "prefix": "b", "prefixes": ["b"]}, 422, '"prefixes" (beside "texts"), not both'),
         ({"texts": ["a", "b"], "prefixes": ["c"]}, 422, "prefixes: must be a list of 2 strings"),
         ({"texts": ["a", "b"], "prefixes": ["c", None]}, 422, "prefixes[1]: must be a string"),
         ({"text": "a", "prefix": "b\nc"}, 422, "prefix: one sentence per string"),

@@ -3,6 +3,7 @@ F.linear's gradient, a shape is measured once and cached for the machine, a run 
 choices and a resumed run computes with them."""
 
 import json
+import os
 import re
 
 import pytest
@@ -106,8 +107,86 @@ def test_recorded_choices_win_and_the_environment_wins_over_all(monkeypatch):
     monkeypatch.setenv(backends.FORCED, "mkl")
     assert BackendChoices({"64 x 800 x 512": "onednn"}).choose(64, 800, 512) == "mkl"
     monkeypatch.setenv(backends.FORCED, "blas")
-    with pytest.raises(NMTError, match="NMT_WEIGHT_GRADIENT=blas is not a backend; use one of onednn, mkl"):
+    with pytest.raises(NMTError, match="NMT_WEIGHT_GRADIENT='blas' is not a backend; use one of onednn, mkl"):
         BackendChoices()
+
+
+def test_a_forced_name_with_control_characters_is_quoted(monkeypatch):
+    monkeypatch.setenv(backends.FORCED, "mkl\x1b[2K\ronednn")  # a terminal would show "onednn"
+    with pytest.raises(NMTError) as refused:
+        BackendChoices()
+    assert "NMT_WEIGHT_GRADIENT='mkl\\x1b[2K\\ronednn' is not a backend" in str(refused.value)
+
+
+def test_the_environment_replacing_a_resumed_runs_backends_says_so_and_records_what_runs(monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: pytest.fail("measured"))
+    monkeypatch.setenv(backends.FORCED, "mkl")
+    resumed = BackendChoices.for_run({"backends": {"1024 x 8000 x 512": "onednn"}}, measure=True)
+    assert resumed.choose(1000, 8000, 512) == "mkl"
+    assert resumed.chosen == {"1024 x 8000 x 512": "mkl"}  # what ran, so the next resume computes alike
+    (note,) = resumed.notes
+    assert note.startswith("NMT_WEIGHT_GRADIENT=mkl replaces the onednn this run computed with until now")
+    assert "not bit-identical" in note
+    assert BackendChoices.for_run({"backends": {"1024 x 8000 x 512": "mkl"}}, measure=True).notes == []
+
+
+WRONG_TYPES = {
+    "64 x 8 x 8": {"choice": ["mkl"], "ms": {"mkl": 1.0}},
+    "128 x 8 x 8": {"choice": "mkl", "ms": "1.0"},
+    "256 x 8 x 8": {"choice": "mkl", "ms": [1.0, 2.0]},
+    "512 x 8 x 8": {"choice": "mkl", "ms": {"mkl": "1.0", "onednn": None}},
+    "1024 x 8 x 8": {"choice": None},
+    "1" * 5000 + " x 8 x 8": {"choice": "mkl", "ms": {"mkl": 1.0}},
+    "2048 x 8 x 8": {"choice": "mkl", "ms": {"mkl": 1.0, "onednn": 2.0}},  # the one valid entry
+}
+
+
+def test_entries_of_the_wrong_types_are_measured_again_and_the_report_shows_the_valid_ones(monkeypatch):
+    backends.cache_file().parent.mkdir(parents=True)
+    backends.cache_file().write_text(json.dumps({backends.machine_key(): WRONG_TYPES, "other": 3}))
+    report = backends.choices_report()
+    assert report.splitlines()[1:] == ["  2048 x 8 x 8         mkl     (mkl 1.00 ms, onednn 2.00 ms)"]
+    measured = []
+    monkeypatch.setattr(
+        backends, "time_backends", lambda *shape: measured.append(shape) or {"onednn": 1.0, "mkl": 2.0}
+    )
+    choices = BackendChoices()
+    assert [choices.choose(rows, 8, 8) for rows in (64, 128, 2048)] == ["onednn", "onednn", "mkl"]
+    assert measured == [(64, 8, 8), (128, 8, 8)]
+
+
+def test_env_bench_reads_a_damaged_cache_without_a_traceback():
+    backends.cache_file().parent.mkdir(parents=True)
+    backends.cache_file().write_text(json.dumps({backends.machine_key(): WRONG_TYPES}))
+    result = runner.invoke(app, ["env", "--bench"])
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    assert "2048 x 8 x 8" in result.output and "64 x 8 x 8 " not in result.output
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "too-large"])
+def test_a_cache_that_is_not_a_small_regular_file_is_ignored_with_one_line_and_left_as_it_is(
+    kind, monkeypatch
+):
+    path = backends.cache_file()
+    path.parent.mkdir(parents=True)
+    make = {
+        "fifo": lambda: os.mkfifo(path),
+        "dev-zero": lambda: path.symlink_to("/dev/zero"),
+        "folder": lambda: path.mkdir(),
+        "too-large": lambda: path.write_bytes(b" " * (2 << 20)),
+    }
+    make[kind]()
+    before = os.lstat(path)
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    choices = BackendChoices()  # a FIFO without a writer would hang here; /dev/zero fill the memory
+    (note,) = choices.notes
+    assert note.startswith(f"{path}: ") and note.endswith(
+        "ignored, so this process measures again and keeps what it finds"
+    )
+    assert choices.choose(64, 8, 8) == "mkl"  # measured, kept by this process
+    after = os.lstat(path)
+    assert (after.st_mode, after.st_ino, after.st_size) == (before.st_mode, before.st_ino, before.st_size)
+    assert backends.choices_report() == note  # nmt env --bench says the same line
 
 
 def test_an_unwritable_cache_leaves_the_choice_to_this_process(tmp_path, monkeypatch):
@@ -137,3 +216,14 @@ def test_a_run_records_its_choices_and_a_resumed_run_keeps_them(toy_dir, tmp_pat
     assert seen == [recorded]
     after = read_checkpoint(run / CHECKPOINTS / LAST)["backends"]  # with any shape met since
     assert {key: after[key] for key in recorded} == recorded
+
+
+def test_training_beside_a_fifo_cache_logs_one_line_and_trains(toy_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    backends.cache_file().parent.mkdir(parents=True)
+    os.mkfifo(backends.cache_file())
+    run = tmp_path / "run"
+    nmt_train(toy_dir, run, "train.max_steps=2", "train.valid_every=2", "train.device=cpu")
+    log = (run / "train.log").read_text()
+    assert log.count("not a regular file (a FIFO); ignored") == 1
+    assert set(read_checkpoint(run / CHECKPOINTS / LAST)["backends"].values()) == {"mkl"}
