@@ -8,6 +8,7 @@ the docs names its machine by this product's time.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
@@ -47,7 +48,8 @@ def milliseconds(product: Callable[[], torch.Tensor], repeats: int, warm_up: int
 def yardstick(repeats: int = REPEATS) -> dict[str, float]:
     """The 64 x 512 @ 512 x 8000 product's time in ms through each CPU backend torch offers:
     MKL (torch's default for fp32), oneDNN with a plain weight, oneDNN with the weight prepacked
-    (nmt's decoding path; nmt/model/linear.py)."""
+    (nmt's decoding path; nmt/model/linear.py), and where the CPU has bf16 units, oneDNN with
+    the weight prepacked in bf16 (the input's cast and the fp32 result included, as nmt runs it)."""
     rows, inner, vocab = YARDSTICK
     generator = torch.Generator().manual_seed(0)
     x, weight = torch.randn(rows, inner, generator=generator), torch.randn(vocab, inner, generator=generator)
@@ -57,8 +59,43 @@ def yardstick(repeats: int = REPEATS) -> dict[str, float]:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight)
         products["oneDNN"] = lambda: onednn(x, weight, None, "none", [], "")
         products["oneDNN prepacked"] = lambda: onednn(x, packed, None, "none", [], "")
+        if bf16_units():
+            bf16 = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16())
+            products["oneDNN bf16"] = lambda: onednn(x.bfloat16(), bf16, None, "none", [], "").float()
     with torch.inference_mode():
         return {name: milliseconds(product, repeats) for name, product in products.items()}
+
+
+@functools.cache
+def bf16_units() -> bool:
+    """Whether oneDNN runs bf16 products on this CPU (AVX512-BF16, AMX or AVX-NE-CONVERT): tried
+    on a small product, since ONEDNN_MAX_CPU_ISA can hold oneDNN below what the CPU reports."""
+    mkldnn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    if not (mkldnn and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return False
+    try:
+        weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16, dtype=torch.bfloat16))
+        torch.ops.mkldnn._linear_pointwise(
+            torch.ones(2, 16, dtype=torch.bfloat16), weight, None, "none", [], ""
+        )
+    except RuntimeError:  # "bf16 path needs the cpu support avx_ne_convert or avx512bw, ..."
+        return False
+    return True
+
+
+def bf16_line() -> str:
+    """`nmt env`: the CPU's bf16 units, which `--precision auto` needs."""
+    if not bf16_units():
+        return "bf16 units: none oneDNN can use (precision auto stays fp32)"
+    kinds = [
+        name
+        for name, has in (
+            ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported()),
+            ("AMX", torch.cpu._is_amx_tile_supported()),
+        )
+        if has
+    ]
+    return f"bf16 units: {', '.join(kinds) or 'yes'} (precision auto times the model's products in bf16)"
 
 
 def yardstick_report() -> str:

@@ -96,7 +96,8 @@ class MeasuredFile:
             if not (self.key.fullmatch(key) and isinstance(entry, dict)):
                 continue
             choice, ms = entry.get("choice"), entry.get("ms")
-            if choice in self.choices and isinstance(ms, dict) and all(map(self._timing, ms.items())):
+            timed = isinstance(ms, dict) and set(ms) == set(self.choices)  # every candidate timed
+            if choice in self.choices and timed and all(map(self._timing, ms.items())):
                 kept[key] = Entry(choice, {name: float(t) for name, t in ms.items()})
         return kept
 

@@ -34,6 +34,7 @@ RESUMABLE_CHANGES = {
     "train.average_last",
     "train.loggers",
     "train.device",
+    "train.precision",  # a resume in another precision says so (nmt.train.precision)
     "train.save_every_minutes",
 }
 

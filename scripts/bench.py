@@ -38,6 +38,8 @@ CASES |= {f"train-luong-{a}-if": ("luong", a, True) for a in ATTENTIONS}
 CASES |= {f"train-bahdanau-{a}": ("bahdanau", a, False) for a in ATTENTIONS}
 CASES["train-bahdanau"] = ("bahdanau", "bahdanau", False)  # the paper's model
 CASES["train-bahdanau-luong-order"] = ("luong", "bahdanau", False)  # what other toolkits call it
+# the same, with bf16 products (nmt.model.linear; emulated, slowly, on a CPU without bf16 units)
+CASES |= {f"{name}-bf16": CASES[name] for name in ("train-luong-general-if", "train-luong-general")}
 HEADLINE = [
     "train-luong-general-if",
     "train-luong-general",
@@ -50,15 +52,19 @@ HEADLINE = [
     "decode-beam5-b1",
     "decode-greedy-b64-int8",
     "decode-beam5-b64-int8",
+    "decode-greedy-b64-bf16",
+    "decode-beam5-b64-bf16",
 ]
 BENCH_MODEL_STEPS = 400
-DECODE_CASES = {  # beam, batch, quantize
-    "decode-greedy-b64": (1, 64, "none"),
-    "decode-beam5-b64": (5, 64, "none"),
-    "decode-greedy-b1": (1, 1, "none"),
-    "decode-beam5-b1": (5, 1, "none"),
+DECODE_CASES = {  # beam, batch, precision (fp32 named: auto would choose by machine)
+    "decode-greedy-b64": (1, 64, "fp32"),
+    "decode-beam5-b64": (5, 64, "fp32"),
+    "decode-greedy-b1": (1, 1, "fp32"),
+    "decode-beam5-b1": (5, 1, "fp32"),
     "decode-greedy-b64-int8": (1, 64, "int8"),
     "decode-beam5-b64-int8": (5, 64, "int8"),
+    "decode-greedy-b64-bf16": (1, 64, "bf16"),
+    "decode-beam5-b64-bf16": (5, 64, "bf16"),
 }
 
 
@@ -110,6 +116,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
 
     from nmt.data.batching import collate, length_grouped_batches
     from nmt.data.prepare import prepare
+    from nmt.model.linear import use_operands
     from nmt.model.seq2seq import Seq2Seq, count_parameters
     from nmt.train.backends import BackendChoices
     from nmt.train.loss import TokenLoss, batch_loss
@@ -129,6 +136,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     batches = [rest[0], epoch[largest], *rest[1 : warmup - 1 + steps]]
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
+    use_operands(model, torch.bfloat16 if name.endswith("-bf16") else torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     objective, generator = TokenLoss(model, cfg.train), torch.Generator()  # the trainer's loss
     tokens, sentences, first_step = 0, 0, None
@@ -300,12 +308,12 @@ def run_decode_case(
     from nmt.decode.translator import load_translator
     from nmt.fileio import read_lines
 
-    beam, batch, quantize = DECODE_CASES[name]
+    beam, batch, precision = DECODE_CASES[name]
     directory, toy = data_dir()
     source = source or directory / ("test.human" if toy else "test_2016_flickr.de")
     lines = read_lines(source)[:limit]
     settings = {"beam": beam, "batch_size": batch, "alpha": 0.6 if beam > 1 else 0.0}
-    translator = load_translator([model], settings | (PEER_TERMS if peer_terms else {}), "cpu", quantize)
+    translator = load_translator([model], settings | (PEER_TERMS if peer_terms else {}), "cpu", precision)
     translator.translate(lines[:8], attention=False)  # warm-up
     start = time.perf_counter()
     out = translator.translate(lines, attention=False)  # as `nmt translate` without attention outputs

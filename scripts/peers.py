@@ -275,7 +275,7 @@ def translate_command(
     model: Path,
     beam: int,
     src: str = "test",
-    quantize: str = "none",
+    precision: str = "auto",
     search: str = "same",
     shortlist: Path | None = None,
 ) -> tuple[list[str], Path]:
@@ -287,7 +287,7 @@ def translate_command(
     name = "test_2016_flickr" if src == "test" else BIG
     tag = (
         f"{src}.beam{beam}"
-        + ("" if quantize == "none" else f".{quantize}")
+        + ("" if precision == "auto" else f".{precision}")
         + ("" if search == "same" else ".default")
         + ("" if shortlist is None else ".shortlist")
     )
@@ -307,7 +307,7 @@ def translate_command(
             str(Path(sys.executable).parent / "nmt"), "translate", "-m", str(model),
             "-i", str(work / "raw" / f"{name}.de"), "-o", str(out), "--beam", str(beam),
             "--batch-size", "64", *(same if search == "same" else []), "--device", "cpu", "--quiet",
-            "--quantize", quantize, *([] if shortlist is None else ["--shortlist", str(shortlist)]),
+            "--precision", precision, *([] if shortlist is None else ["--shortlist", str(shortlist)]),
         ]  # fmt: skip
     else:
         out = model.with_suffix(f".{tag}.pieces")
@@ -328,7 +328,7 @@ def translate(
     beam: int,
     threads: int,
     src: str = "test",
-    quantize: str = "none",
+    precision: str = "auto",
     search: str = "same",
     shortlist: Path | None = None,
 ) -> dict:
@@ -337,7 +337,7 @@ def translate(
     name = "test_2016_flickr" if src == "test" else BIG
     if shortlist is not None and peer != "nmt":
         raise SystemExit("peers: --shortlist is nmt's (nmt shortlist makes one)")
-    cmd, out = translate_command(peer, python, work, model, beam, src, quantize, search, shortlist)
+    cmd, out = translate_command(peer, python, work, model, beam, src, precision, search, shortlist)
     start = time.perf_counter()
     with (work / "sp" / f"{name}.de").open("rb") as stdin:
         proc = subprocess.run(
@@ -351,7 +351,7 @@ def translate(
     return {
         "peer": peer,
         "case": f"decode-{'greedy' if beam == 1 else f'beam{beam}'}-b64"
-        + ("" if quantize == "none" else f"-{quantize}")
+        + ("" if precision == "auto" else f"-{precision}")
         + ("" if shortlist is None else "-shortlist"),
         "src": name,
         "sentences": len(hyps),
@@ -459,7 +459,10 @@ def main() -> None:
     ap.add_argument("--model", type=Path)
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument(
-        "--quantize", choices=["none", "int8"], default="none", help="translate: nmt's --quantize"
+        "--precision",
+        choices=["auto", "fp32", "bf16", "int8"],
+        default="auto",
+        help="translate: nmt's --precision",
     )
     ap.add_argument("--shortlist", type=Path, help="translate: nmt's --shortlist (from `nmt shortlist`)")
     ap.add_argument(
@@ -482,7 +485,7 @@ def main() -> None:
         result = train(args.peer, args.python, work, args)
     elif args.command == "translate":
         result = translate(
-            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.quantize,
+            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.precision,
             args.search, args.shortlist,
         )  # fmt: skip
     elif args.peer == "nmt":

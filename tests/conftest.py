@@ -11,6 +11,9 @@ os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="nmt-mpl-"))
 # tests compare runs bit for bit, which holds only at one thread count (tests/test_machine.py
 # tests the choice itself).
 os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+# fp32 for `--precision auto`: tests compare outputs across engines and searches byte for byte,
+# which a CPU whose bf16 units `auto` would take changes (tests/model/test_precision.py tests auto)
+os.environ["NMT_PRECISION"] = "fp32"
 
 import xml.etree.ElementTree as ET  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -236,7 +236,7 @@ def test_configs_show_prints_every_key_with_its_description():
 def test_env_prints_versions_devices_and_threads():
     result = runner.invoke(app, ["env"])
     assert result.exit_code == 0
-    for fragment in ("nmt ", "torch ", "CUDA available: ", "MPS available: ", "threads: "):
+    for fragment in ("nmt ", "torch ", "CUDA available: ", "MPS available: ", "threads: ", "bf16 units: "):
         assert fragment in result.stdout
 
 
@@ -245,6 +245,9 @@ def test_env_bench_names_the_cpu_and_times_the_yardstick_on_each_backend():
     assert result.exit_code == 0
     assert "CPU: " in result.stdout and "64 x 512 @ 512 x 8000" in result.stdout
     timings = re.findall(
-        r"^  (MKL|oneDNN|oneDNN prepacked) +([\d.]+) ms +([\d.]+) GFLOP/s$", result.stdout, re.M
+        r"^  (MKL|oneDNN|oneDNN prepacked|oneDNN bf16) +([\d.]+) ms +([\d.]+) GFLOP/s$", result.stdout, re.M
     )
     assert [name for name, *_ in timings][:1] == ["MKL"] and all(float(ms) > 0 for _, ms, _ in timings)
+    from nmt.model.linear import BF16_UNITS
+
+    assert ("oneDNN bf16" in [name for name, *_ in timings]) == BF16_UNITS  # where the CPU has bf16 units

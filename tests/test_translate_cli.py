@@ -159,21 +159,47 @@ def test_length_cap_options(model, text):
             assert len(t.hypotheses[0].tokens) == int(ratio * len(t.src_pieces)) + add
 
 
-def test_int8_decoder_scores_close_to_fp32(model, text):
-    fp32 = translate("-m", model, "--scores", "--device", "cpu", input="\n".join(text) + "\n").stdout
-    int8 = translate(
-        "-m", model, "--scores", "--device", "cpu", "--quantize", "int8", input="\n".join(text) + "\n"
-    ).stdout
-    rows = [(a.split("\t"), b.split("\t")) for a, b in zip(fp32.splitlines(), int8.splitlines(), strict=True)]
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_reduced_precision_decodes_close_to_fp32_and_says_so(model, text, precision):
+    lines = "\n".join(text) + "\n"
+    fp32 = translate("-m", model, "--scores", "--device", "cpu", "--precision", "fp32", input=lines)
+    other = translate("-m", model, "--scores", "--device", "cpu", "--precision", precision, input=lines)
+    assert "precision: fp32 (asked)" in fp32.stderr and f"precision: {precision} (asked" in other.stderr
+    rows = [
+        (a.split("\t"), b.split("\t"))
+        for a, b in zip(fp32.stdout.splitlines(), other.stdout.splitlines(), strict=True)
+    ]
     assert sum(a[1] == b[1] for a, b in rows) >= len(rows) // 2
     assert max(abs(float(a[0]) - float(b[0])) for a, b in rows if a[1] == b[1]) < 0.1
 
 
-def test_int8_is_for_the_torch_engine(model):
-    result = runner.invoke(
-        app, ["translate", "-m", str(model), "--quantize", "int8", "--engine", "onnx"], input="x\n"
+def test_the_old_quantize_flag_still_works_and_says_it_is_now_precision(model, text):
+    lines = "\n".join(text[:5]) + "\n"
+    old = translate("-m", model, "--device", "cpu", "--quantize", "int8", input=lines)
+    new = translate("-m", model, "--device", "cpu", "--precision", "int8", input=lines)
+    assert old.stdout == new.stdout
+    assert old.stderr.count("--quantize int8 is now spelled --precision int8") == 1
+    both = runner.invoke(
+        app, ["translate", "-m", str(model), "--quantize", "int8", "--precision", "bf16"], input="x\n"
     )
-    assert result.exit_code == 2 and "--quantize is for the torch engine" in result.stderr
+    assert both.exit_code == 2 and "give --precision alone" in both.stderr
+
+
+def test_the_api_takes_a_precision_and_warns_once_on_the_old_quantize(model):
+    from nmt import Translator
+
+    with pytest.warns(FutureWarning, match="quantize int8 is now spelled precision int8"):
+        assert Translator.load(model, device="cpu", quantize="int8").precision.name == "int8"
+    bf16 = Translator.load(model, device="cpu", precision="bf16")
+    assert bf16.precision.name == "bf16" and bf16.precision.why.startswith("precision: bf16 (asked")
+    assert Translator.load(model, device="cpu").precision.why == "precision: fp32 (NMT_PRECISION=fp32)"
+
+
+def test_a_precision_is_for_the_torch_engine(model):
+    result = runner.invoke(
+        app, ["translate", "-m", str(model), "--precision", "int8", "--engine", "onnx"], input="x\n"
+    )
+    assert result.exit_code == 2 and "--precision is for the torch engine" in result.stderr
 
 
 def test_a_long_input_is_read_as_it_is_translated(model, text):

@@ -58,12 +58,15 @@ def env(
     """Versions, devices and threads, to paste into a bug report (nmt env); with --bench, the CPU
     and its speed at the product every CPU figure in the docs is named by."""
     from nmt.device import environment_report
+    from nmt.machine import bf16_line
 
     typer.echo(environment_report())
+    typer.echo(bf16_line())
     if bench:
         from nmt.machine import yardstick_report
+        from nmt.model.precision import report
         from nmt.train.backends import choices_report
 
         typer.echo(yardstick_report())
-        if choices := choices_report():
-            typer.echo(choices)
+        for cached in filter(None, (choices_report(), report())):
+            typer.echo(cached)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, model_option, user_errors
+from nmt.cli.app import DeviceOption, PrecisionOption, app, model_option, user_errors
 
 
 @app.command()
@@ -44,6 +44,7 @@ def serve(
         ),
     ] = 30.0,
     device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
     shortlist: Annotated[
         list[str] | None,
         typer.Option(
@@ -59,6 +60,6 @@ def serve(
 
     limits = Limits(max_sentences=max_sentences, max_chars=max_chars, timeout_s=timeout)
     options = ServeOptions(
-        host, port, device, max_batch, max_wait_ms, queue_size, limits, tuple(shortlist or ())
+        host, port, device, max_batch, max_wait_ms, queue_size, limits, tuple(shortlist or ()), precision
     )
     run_server(model, options)

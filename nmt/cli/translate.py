@@ -7,7 +7,15 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, QuietOption, app, model_option, output_option, user_errors
+from nmt.cli.app import (
+    DeviceOption,
+    PrecisionOption,
+    QuietOption,
+    app,
+    model_option,
+    output_option,
+    user_errors,
+)
 
 ModelsOption = Annotated[
     list[Path],
@@ -97,8 +105,7 @@ PiecesOption = Annotated[
 ]
 DpiOption = Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.")]
 QuantizeOption = Annotated[
-    Literal["none", "int8"],
-    typer.Option(help="int8: an int8 decoder for CPU decoding; faster, outputs change slightly."),
+    Literal["none", "int8"] | None, typer.Option(hidden=True, help="The old spelling of --precision int8.")
 ]
 PrefixesOption = Annotated[
     Path | None,
@@ -166,7 +173,8 @@ def translate(
     pieces: PiecesOption = False,
     dpi: DpiOption = 100,
     device: DeviceOption = "auto",
-    quantize: QuantizeOption = "none",
+    precision: PrecisionOption = None,
+    quantize: QuantizeOption = None,
     engine: EngineOption = "torch",
     prefixes: PrefixesOption = None,
     constraints: ConstraintsOption = None,
@@ -179,12 +187,16 @@ def translate(
     from dataclasses import fields
 
     from nmt.commands.translate import DecodeOptions, OutputOptions, Steering, run_translate
+    from nmt.decode.translator import renamed_quantize
 
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
     steering = Steering(prefixes, constraints, markup, shortlist, input_format)
-    summary = run_translate(model, input, output, decode, opts, device, quantize, engine, quiet, steering)
+    precision, renamed = renamed_quantize(quantize, precision)
+    if renamed:
+        typer.echo(renamed, err=True)
+    summary = run_translate(model, input, output, decode, opts, device, precision, engine, quiet, steering)
     if summary:
         typer.echo(summary, err=True)
 
@@ -216,6 +228,7 @@ def backtranslate(
     top_p: TopPOption = None,
     seed: SeedOption = None,
     device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Back-translate monolingual text into a tagged synthetic corpus
@@ -233,7 +246,8 @@ def backtranslate(
         top_p=top_p,
         seed=seed,
     )
-    typer.echo(run_backtranslate(model, mono, output, decode, tag, parallel, split, device, quiet), err=True)
+    summary = run_backtranslate(model, mono, output, decode, tag, parallel, split, device, quiet, precision)
+    typer.echo(summary, err=True)
 
 
 @app.command()

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from nmt.commands.translate import DecodeOptions, load_engine
@@ -53,6 +54,7 @@ def run_backtranslate(
     split: str = "train",
     device: str = "auto",
     quiet: bool = False,
+    precision: str | None = None,
 ) -> str:
     """The whole `nmt backtranslate`; returns the line it ends with. Nothing is written unless
     every check passes and every line is translated (`out` appears whole or not at all)."""
@@ -60,8 +62,10 @@ def run_backtranslate(
     if out.exists():
         raise NMTError(f"{out}: already exists; back-translation writes a new folder (choose another -o)")
     check_outputs({"-o": out}, {"--mono": mono, "-m": model, "--parallel": parallel})
-    translator = load_engine([model], decode.overrides(), device, "none", "torch")
+    translator = load_engine([model], decode.overrides(), device, precision, "torch")
     info = translator.info  # type: ignore[attr-defined]
+    if not quiet:
+        print(translator.precision.why, file=sys.stderr)  # type: ignore[attr-defined]
     langs = Languages(mono=info.src_lang, synthetic=info.tgt_lang)
     lines = check_mono(mono, translator, tag)
     copies = parallel_files(parallel, split, langs, tag) if parallel else {}
@@ -76,6 +80,7 @@ def run_backtranslate(
             "languages": {"source": langs.synthetic, "target": langs.mono},
             "tag": tag,
             "decode": dataclasses.asdict(translator.cfg),
+            "precision": translator.precision.name,  # type: ignore[attr-defined]
             "parallel": str(parallel) if parallel else None,
             "pairs": {
                 "parallel": count_lines(copies[f"{split}.{langs.mono}"]) if copies else 0,

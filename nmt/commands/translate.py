@@ -117,7 +117,7 @@ def run_translate(
     decode: DecodeOptions,
     opts: OutputOptions,
     device: str = "auto",
-    quantize: str = "none",
+    precision: str | None = None,
     engine: str = "torch",
     quiet: bool = False,
     steering: Steering = Steering(),
@@ -132,34 +132,36 @@ def run_translate(
     inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
     folders = {"--plot-attention": opts.plot_attention}
     check_outputs({"-o": output, "--attention": opts.attention}, inputs, folders)
-    translator = load_engine(models, decode.overrides(), device, quantize, engine)
+    translator = load_engine(models, decode.overrides(), device, precision, engine)
     from nmt.machine import choose_threads  # torch: loaded with the engine, not with the command line
 
     threads = "" if engine == "onnx" else choose_threads()[1]  # on a busy machine: the free cores
+    chosen = getattr(translator, "precision", None)  # the torch engine's
     if steering.shortlist:
-        if quantize != "none":
+        if chosen and chosen.name == "int8":
             raise NMTError(
-                "--shortlist cuts the output layer, which --quantize int8 replaces; use one of them"
+                "--shortlist cuts the output layer, which --precision int8 replaces; use one of them"
             )
         translator = translator.shortlisted(steering.shortlist)
     opts = replace(opts, model_name=opts.model_name or " + ".join(map(str, models)))
     summary = translate_files(translator, input, output, opts, quiet, steering)
-    return "\n".join(line for line in (threads if not quiet else "", summary) if line)
+    said = (threads, chosen.why if chosen else "") if not quiet else ()
+    return "\n".join(line for line in (*said, summary) if line)
 
 
 def load_engine(
-    models: list[Path], overrides: dict, device: str, quantize: str, engine: str
+    models: list[Path], overrides: dict, device: str, precision: str | None, engine: str
 ) -> TextTranslator:
-    """The torch translator (on `device`, `quantize`d), or onnxruntime's of an export directory."""
+    """The torch translator (on `device`, in `precision`), or onnxruntime's of an export directory."""
     if engine == "onnx":
-        if quantize != "none":
-            raise NMTError("--quantize is for the torch engine; leave it out with --engine onnx")
+        if precision is not None:
+            raise NMTError("--precision is for the torch engine; leave it out with --engine onnx")
         from nmt.runtime.translator import load_onnx_translator
 
         return load_onnx_translator(models, overrides)
     from nmt.decode.translator import load_translator
 
-    return load_translator(models, overrides, device, quantize)
+    return load_translator(models, overrides, device, precision)
 
 
 def translate_files(

@@ -1,4 +1,4 @@
-"""int8 dynamic quantisation of the decoder for CPU decoding (`nmt translate --quantize int8`).
+"""int8 dynamic quantisation of the decoder for CPU decoding (`nmt translate --precision int8`).
 
 The decoder step's matrix products dominate decoding: the output layer (hidden x vocabulary),
 W_c (or Bahdanau's W_o) and the LSTM. Their weights become int8 with one scale per tensor, and
@@ -20,13 +20,11 @@ from torch import nn
 from nmt.errors import NMTError
 from nmt.model.seq2seq import Seq2Seq
 
-QUANTIZE = ("none", "int8")
-
 
 def quantize_int8(model: Seq2Seq, device: torch.device) -> Seq2Seq:
     """`model` with its decoder's LSTM, output layer and W_c / W_o in int8, in place."""
     if device.type != "cpu":
-        raise NMTError(f"--quantize int8 is for CPU decoding; this model runs on {device}: add --device cpu")
+        raise NMTError(f"--precision int8 is for CPU decoding; this model runs on {device}: add --device cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)

@@ -21,6 +21,7 @@ from nmt.decode.forced import ForcedScore, forced_decode
 from nmt.decode.sampling import sample
 from nmt.decode.search import StepModel, search
 from nmt.errors import NMTError
+from nmt.model.precision import Choice
 from nmt.model.seq2seq import count_parameters
 from nmt.text.ranking import Hypothesis, Source
 from nmt.text.translation import TextTranslator, Translation, WordAttention
@@ -59,6 +60,7 @@ class Translator(TextTranslator):
     ):
         super().__init__(tok, cfg, src_limit, normalize_form)
         self.model, self.device, self.info = model, device, info
+        self.precision = Choice("fp32", "precision: fp32")  # what `load_translator` chose and applied
         self.kept = rows.Kept()  # fixed-row pools and their graphs, shared by `configured` copies
 
     @classmethod
@@ -66,16 +68,24 @@ class Translator(TextTranslator):
         cls,
         path: str | Path | Sequence[str | Path],
         device: str = "auto",
-        quantize: str = "none",
+        precision: str | None = None,
+        quantize: str | None = None,
         **settings: object,
     ) -> Translator:
         """A translator for a checkpoint, a run directory (its best checkpoint), a release
         directory or an `hf://` path, or for a list of them decoding as an ensemble; `settings`
         replace the model's decode settings (`beam=5`, `alpha=0.6`, ...). `device`: auto, cpu,
-        cuda, cuda:N or mps. `quantize="int8"`: an int8 decoder for CPU decoding, faster and
-        slightly different (`nmt.decode.quantize`)."""
+        cuda, cuda:N or mps. `precision`: auto (the default: bf16 where this CPU runs the
+        model's products at least twice as fast in it, else fp32), fp32, bf16 or int8
+        (`nmt.model.precision`); `translator.precision.why` says what was chosen.
+        `quantize="int8"` is the old spelling of `precision="int8"`."""
         paths = [path] if isinstance(path, str | Path) else list(path)
-        return load_translator(paths, settings, device, quantize)
+        precision, renamed = renamed_quantize(quantize, precision)
+        if renamed:
+            import warnings
+
+            warnings.warn(renamed.replace("--", ""), FutureWarning, stacklevel=2)
+        return load_translator(paths, settings, device, precision)
 
     @classmethod
     def from_config(
@@ -141,23 +151,38 @@ class Translator(TextTranslator):
         return decode(self.model, sources, self.cfg, self.fits, self.device, nbest, attention)
 
 
+def renamed_quantize(quantize: str | None, precision: str | None) -> tuple[str | None, str]:
+    """`precision`, or what the old `quantize` (none or int8) said, and then the line saying it
+    is now spelled `precision` ('' when `quantize` was not given)."""
+    if quantize is None:
+        return precision, ""
+    if quantize not in QUANTIZE:
+        raise NMTError(f"--quantize: {quantize!r} is not one of {', '.join(QUANTIZE)}")
+    if precision is not None:
+        raise NMTError(f"--quantize {quantize} and --precision {precision}: give --precision alone")
+    new = "int8" if quantize == "int8" else "fp32"
+    return new, f"--quantize {quantize} is now spelled --precision {new}"
+
+
+QUANTIZE = ("none", "int8")  # the old --quantize's values
+
+
 def load_translator(
-    checkpoints: list[Path], overrides: dict, device: str = "cpu", quantize: str = "none"
+    checkpoints: list[Path], overrides: dict, device: str = "cpu", precision: str | None = None
 ) -> Translator:
     """A Translator for one model (a checkpoint, run directory, release directory or hf:// path;
     see `nmt.checkpoint.load_model`), or an ensemble of several; `overrides` replace the first
-    model's `decode` settings; `quantize`: none or int8 (`nmt.decode.quantize`)."""
+    model's `decode` settings; `precision`: auto (None), fp32, bf16 or int8, chosen by
+    `nmt.model.precision` and applied to every member."""
     from nmt.checkpoint import load_model
-    from nmt.decode.quantize import QUANTIZE, quantize_int8
     from nmt.device import resolve_device
+    from nmt.model.precision import choose
 
-    if quantize not in QUANTIZE:
-        raise NMTError(f"quantize: {quantize!r} is not one of {', '.join(QUANTIZE)}")
     torch_device = resolve_device(device)
     loaded = [load_model(path, torch_device) for path in checkpoints]
-    if quantize == "int8":
-        for m in loaded:
-            quantize_int8(m.model, torch_device)
+    choice = choose(precision, loaded[0].model, torch_device)
+    for m in loaded:
+        apply_precision(m.model, choice, torch_device)
     first = loaded[0]
     for path, other in zip(checkpoints[1:], loaded[1:], strict=True):
         if other.tokenizers.to_state() != first.tokenizers.to_state():
@@ -168,4 +193,16 @@ def load_translator(
     model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded])
     translator = Translator.from_config(model, first.tokenizers, first.config, torch_device, overrides)
     translator.info = replace(translator.info, checkpoints=[str(p) for p in checkpoints])
+    translator.precision = choice
     return translator
+
+
+def apply_precision(model: torch.nn.Module, choice: Choice, device: torch.device) -> None:
+    """`model`'s products in the chosen precision, in place: bf16 operands, or an int8 decoder."""
+    from nmt.decode.quantize import quantize_int8
+    from nmt.model.linear import use_operands
+
+    if choice.name == "int8":
+        quantize_int8(model, device)
+    else:
+        use_operands(model, choice.dtype)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.device import to_device
-from nmt.model.linear import decoding_linear
+from nmt.model.linear import decoding_linear, operands
 from nmt.text.ranking import NEG_INF
 
 # The pieces scored are padded to a multiple of this, so the output layer's product meets a few
@@ -76,7 +76,8 @@ class Vocabulary:
                 bias[filled:n] = layer.bias[new]
             entry[2] = n
         padded = -(-n // COLUMNS) * COLUMNS
-        return decoding_linear(x, weight[:padded], None if bias is None else bias[:padded])
+        bias = None if bias is None else bias[:padded]
+        return decoding_linear(x, weight[:padded], bias, operands(layer.weight))
 
     def log_probs(self, logits: Tensor) -> Tensor:
         """(R, U) logits (and padding columns), the pool's sentences' rows in order (R a multiple
@@ -174,7 +175,8 @@ class FixedVocabulary:
         this vocabulary was made for) that `update` copied."""
         assert layer is self.layer
         width = self.width
-        return decoding_linear(x, self.weight[:width], None if self.bias is None else self.bias[:width])
+        bias = None if self.bias is None else self.bias[:width]
+        return decoding_linear(x, self.weight[:width], bias, operands(layer.weight))
 
     def log_probs(self, logits: Tensor) -> Tensor:
         """(R, width) logits -> (R, V) log-probabilities over each sentence's own pieces, -inf for

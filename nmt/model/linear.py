@@ -9,6 +9,13 @@ differ from MKL's by float rounding only.
 
 Everywhere else (CUDA, half precision, ONNX export, oneDNN switched off or missing) this is
 F.linear.
+
+Each weight's products may run with bf16 operands (`use_operands`, chosen by nmt.model.precision):
+the weight is prepacked in bf16, the input rounded to bf16 at the product's boundary, oneDNN
+accumulates in fp32, and the result comes back as float32 for everything after it (gates,
+softmax, the loss). The weights themselves stay fp32 (training's master weights). Where the CPU
+has no bf16 units the same numbers are emulated in fp32 products of bf16-rounded operands, for
+correctness, never for speed.
 """
 
 from __future__ import annotations
@@ -21,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.machine import bf16_units
+
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# oneDNN's bf16 kernels need AVX512-BF16 (or AVX-512 BW/VL/DQ, AMX, AVX-NE-CONVERT); without them
+# the bf16 prepack raises, and bf16 operands are emulated (`_operand`)
+BF16_UNITS = bf16_units()
+FP32, BF16 = torch.float32, torch.bfloat16
 # oneDNN keeps a compiled primitive per product shape, and torch's wrapper (ideep) an LRU cache
 # of its own, 1,024 entries each by default; decoding a long file meets new shapes (sources of
 # every length joining the pool) and their memory grew with the input. Read once, when oneDNN
@@ -29,28 +42,59 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_li
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
 
-# (id(weight), transposed) -> (a weak reference to it, its version, the weight prepacked for oneDNN)
-_packed: dict[tuple[int, bool], tuple[weakref.ref, int, Tensor]] = {}
+# (id(weight), transposed) -> (a weak reference to it, its version and operand dtype, the weight
+# prepacked for oneDNN)
+_packed: dict[tuple[int, bool], tuple[weakref.ref, int, torch.dtype, Tensor]] = {}
 
 
-def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x (..., K) @ weight (N, K)^T + bias; weight may be prepacked or a strided view."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+def operands(weight: Tensor) -> torch.dtype:
+    """The dtype `weight`'s products take their operands in: float32 unless `use_operands` said."""
+    return getattr(weight, "operands", FP32)
+
+
+def use_operands(module: nn.Module, dtype: torch.dtype) -> None:
+    """From now on, every product of `module`'s parameters on oneDNN takes its operands in
+    `dtype` (float32 or bfloat16). A mark on each parameter, so two models in one process (a
+    server's) each keep their own, and an optimiser's steps keep it."""
+    for parameter in module.parameters():
+        parameter.operands = dtype
+    drop_prepacked()
+
+
+def _operand(t: Tensor) -> Tensor:
+    """`t` as a bf16 operand: bf16 where the CPU has bf16 units, else its values rounded to bf16
+    and kept in fp32 (the same products, emulated)."""
+    return t.to(BF16) if BF16_UNITS else t.to(BF16).to(FP32)
+
+
+def _onednn(
+    x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype = FP32, packed: bool = False
+) -> Tensor:
+    """x (..., K) @ weight (N, K)^T + bias; weight may be prepacked (`packed`: by `_prepacked`,
+    already in `dtype`) or a strided view. With bf16 operands, a float32 result."""
+    if dtype == FP32:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    out = torch.ops.mkldnn._linear_pointwise(
+        _operand(x), weight if packed else _operand(weight), bias, "none", [], ""
+    )
+    return out.to(FP32) if BF16_UNITS else out.to(BF16).to(FP32)  # emulated: rounded as bf16's is
 
 
 def _prepacked(weight: Tensor, transposed: bool = False) -> Tensor:
     """The weight (or its transpose, for the input gradient's product) in oneDNN's blocked
-    layout, made again whenever the weight changes: once a training step (the optimiser bumps
-    its version), once a decode. Without it, oneDNN re-lays a plain weight out on every call,
-    which in training is every product of every target position (440 MB a bench step)."""
-    key = (id(weight), transposed)
+    layout and its operand dtype, made again whenever the weight changes: once a training step
+    (the optimiser bumps its version), once a decode. Without it, oneDNN re-lays a plain weight
+    out on every call, which in training is every product of every target position (440 MB a
+    bench step)."""
+    key, dtype = (id(weight), transposed), operands(weight)
     entry = _packed.get(key)
-    if entry is None or entry[0]() is not weight or entry[1] != weight._version:
+    if entry is None or entry[0]() is not weight or entry[1:3] != (weight._version, dtype):
         ref = weakref.ref(weight, lambda _, key=key: _packed.pop(key, None))
         plain = weight.detach().t() if transposed else weight.detach()
-        entry = (ref, weight._version, torch.ops.mkldnn._reorder_linear_weight(plain))
+        plain = plain if dtype == FP32 else _operand(plain)
+        entry = (ref, weight._version, dtype, torch.ops.mkldnn._reorder_linear_weight(plain))
         _packed[key] = entry
-    return entry[2]
+    return entry[3]
 
 
 def drop_prepacked() -> None:
@@ -89,7 +133,9 @@ class OneDNNLinear(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         ctx.parameter = isinstance(weight, nn.Parameter)
-        return _onednn(x, _prepacked(weight) if ctx.parameter else weight, bias)
+        ctx.dtype = operands(weight)
+        packed = _prepacked(weight) if ctx.parameter else weight
+        return _onednn(x, packed, bias, ctx.dtype, ctx.parameter)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -97,8 +143,9 @@ class OneDNNLinear(torch.autograd.Function):
         grad = grad.contiguous()
         rows = grad.reshape(-1, grad.size(-1))
         weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
-        grad_x = _onednn(grad, weight_t, None) if ctx.needs_input_grad[0] else None
-        grad_w = weight_gradient(rows, x.reshape(-1, x.size(-1))) if ctx.needs_input_grad[1] else None
+        grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
+        x_rows = x.reshape(-1, x.size(-1))
+        grad_w = weight_gradient(rows, x_rows, ctx.dtype) if ctx.needs_input_grad[1] else None
         grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
@@ -116,11 +163,14 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     )
 
 
-def weight_gradient(grad: Tensor, x: Tensor) -> Tensor:
+def weight_gradient(grad: Tensor, x: Tensor, dtype: torch.dtype = FP32) -> Tensor:
     """A weight's gradient grad^T x, (R, N) and (R, K) -> (N, K): on the CPU on the backend
-    chosen for its shape (`choose_weight_gradient`), elsewhere torch.mm."""
+    chosen for its shape (`choose_weight_gradient`), with bf16 operands on oneDNN, elsewhere
+    torch.mm."""
     if not onednn_applies(x, grad):
         return torch.mm(grad.t(), x)
+    if dtype != FP32:
+        return _onednn(grad.t(), x.t(), None, dtype)
     return WEIGHT_GRADIENT[choose_weight_gradient(*grad.shape, x.size(1))](grad, x)
 
 
@@ -134,8 +184,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool 
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return OneDNNLinear.apply(x, weight, bias)
     if not prepack:
-        return _onednn(x, weight, bias)
-    return _padded_rows(x, _prepacked(weight), bias)
+        return _onednn(x, weight, bias, operands(weight))
+    return _padded_rows(x, _prepacked(weight), bias, operands(weight), packed=True)
 
 
 def parameter_linear(
@@ -146,27 +196,30 @@ def parameter_linear(
     prepacked once for as long as it does not change; F.linear where oneDNN does not apply."""
     if not onednn_applies(x, weight):
         return F.linear(x, weight.t() if transposed else weight, bias)
-    return _onednn(x.contiguous(), _prepacked(weight, transposed), bias)
+    return _onednn(x.contiguous(), _prepacked(weight, transposed), bias, operands(weight), packed=True)
 
 
-def decoding_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def decoding_linear(x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype = FP32) -> Tensor:
     """`linear` without gradients of a weight that changes from step to step (a shortlist's rows
-    of the output layer): not prepacked, rows padded as `linear` pads them."""
+    of the output layer, whose operands are `dtype`): not prepacked, rows padded as `linear`
+    pads them."""
     if not onednn_applies(x, weight):
         return F.linear(x, weight, bias)
-    return _padded_rows(x.contiguous(), weight, bias)
+    return _padded_rows(x.contiguous(), weight, bias, dtype)
 
 
-def _padded_rows(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def _padded_rows(
+    x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype = FP32, packed: bool = False
+) -> Tensor:
     """Decoding: rows padded to one of 16-32 sizes per doubling (at most 1/16 more work), so a
     pool whose rows change every step meets a few product shapes, not one per row count (oneDNN
     compiles a primitive for each shape it meets)."""
     rows = x.numel() // x.size(-1)
     padded = rounded_rows(rows)
     if padded == rows:
-        return _onednn(x, weight, bias)
+        return _onednn(x, weight, bias, dtype, packed)
     flat = torch.cat([x.reshape(rows, -1), x.new_zeros(padded - rows, x.size(-1))])
-    return _onednn(flat, weight, bias)[:rows].reshape(*x.shape[:-1], -1)
+    return _onednn(flat, weight, bias, dtype, packed)[:rows].reshape(*x.shape[:-1], -1)
 
 
 def rounded_rows(rows: int) -> int:

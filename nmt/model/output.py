@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.model.linear import linear, onednn_applies, parameter_linear, weight_gradient
+from nmt.model.linear import linear, onednn_applies, operands, parameter_linear, weight_gradient
 
 
 class OutputLayer(nn.Linear):
@@ -103,7 +103,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                     else linear(grad, weight_t, prepack=False)
                 )
             if need_w:
-                part = weight_gradient(grad, xs.to(wide)).to(wide)  # summed in fp32 under AMP
+                part = weight_gradient(grad, xs.to(wide), operands(weight)).to(wide)  # summed in fp32
                 grad_w = part if grad_w is None else grad_w.add_(part)
             if need_b:
                 grad_b = grad.sum(0) if grad_b is None else grad_b.add_(grad.sum(0))

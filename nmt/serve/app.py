@@ -154,7 +154,10 @@ async def translations(req: TranslateRequest, batcher: Batcher, timeout_s: float
 
 def server_info(translators: dict[str, Translator], limits: Limits, batcher: Batcher) -> dict:
     """`GET /info`: the version, every model with its decode settings, the limits and batching."""
-    models = [{"name": name, **asdict(t.info), "decode": asdict(t.cfg)} for name, t in translators.items()]
+    models = [
+        {"name": name, **asdict(t.info), "decode": asdict(t.cfg), "precision": t.precision.name}
+        for name, t in translators.items()
+    ]
     batching = {"max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_ms}
     return {
         "version": VERSION,

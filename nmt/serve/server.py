@@ -31,6 +31,7 @@ class ServeOptions:
     queue_size: int = 256
     limits: Limits = Limits()
     shortlists: tuple[str, ...] = ()  # `[NAME=]PATH`: a lexical shortlist for a served model
+    precision: str | None = None  # auto (None), fp32, bf16 or int8: every model's (nmt.model.precision)
 
 
 def with_shortlists(translators: dict[str, Translator], specs: tuple[str, ...]) -> dict[str, Translator]:
@@ -106,8 +107,13 @@ def serve(models: list[str], options: ServeOptions) -> None:
     named = model_names(models)
     sock = bind(options.host, options.port)  # first: a busy port fails before minutes of loading
     try:
-        translators = {name: load_translator([path], {}, options.device) for name, path in named.items()}
+        translators = {
+            name: load_translator([path], {}, options.device, options.precision)
+            for name, path in named.items()
+        }
         translators = with_shortlists(translators, options.shortlists)
+        for name, translator in translators.items():
+            log.info(f"{name}: {translator.precision.why}")
     except BaseException:
         sock.close()
         raise

@@ -56,6 +56,7 @@ class Learner:
             check_fit(self.model, weights, start.path)
             self.model.load_state_dict(weights)
         self.model.to(device)
+        precision.settle(self.model, distributed.rank_and_world()[1])
         self.optimizer = build_optimizer(self.model.parameters(), cfg.train)
         self.schedule = Schedule.build(cfg.train.schedule, self.optimizer, cfg.train)
         smoothing = cfg.train.label_smoothing

@@ -44,11 +44,11 @@ class Trainer:
         self.last = self.run_dir / CHECKPOINTS / LAST
         self.rank, self.world = distributed.rank_and_world()
         self.device = resolve_device(distributed.local_device(train.device))
-        self.precision = Precision(self.device, train.precision)
         torch.manual_seed(train.seed)
         self.generator = torch.Generator().manual_seed(train.seed + 1)  # teacher-forcing coins
         if resume and checkpoint is None:
             checkpoint = read_checkpoint(self.last)
+        self.precision = Precision(self.device, train.precision, (checkpoint or {}).get("precision"))
         self.backends = None  # on a CPU: each weight gradient's backend, measured (`train.backends`)
         if self.device.type == "cpu":
             self.backends = BackendChoices.for_run(checkpoint, measure=self.world == 1)
@@ -71,6 +71,7 @@ class Trainer:
         self.window = LogWindow()  # the loss since the last log line
         self.unread_skips: int | torch.Tensor = 0  # fp16 overflow steps not yet in progress.skipped_steps
         self.notes = [*self.epochs.notes, *self.validator.notes, self.learner.note]  # logged at the start
+        self.notes += self.precision.note.splitlines()
         self.notes += [start.note] if start else []
         self.notes += self.backends.notes if self.backends else []
         self.notes += self._restore(checkpoint)
@@ -288,6 +289,7 @@ class Trainer:
         run = {"progress": progress, "window": self.window.sums(), "rng": rng_record(rng_states)}
         if self.backends:
             run["backends"] = self.backends.chosen
+            run["precision"] = self.precision.cpu
         self.learner.save(self.run_dir / CHECKPOINTS / name, self.cfg, self.tok, run)
 
     def _stop_if_asked(self) -> None:

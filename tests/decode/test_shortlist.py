@@ -160,7 +160,7 @@ def test_the_command_line_translates_with_a_shortlist_and_refuses_another_models
         (["--shortlist", str(tmp_path / "other.npz")], "built for other vocabularies than this model's"),
         (["--shortlist", str(source)], "not a shortlist written by `nmt shortlist`"),
         (["--shortlist", str(tmp_path / "none.npz")], "no such shortlist file"),
-        (["--shortlist", str(shortlist_file), "--quantize", "int8"], "--quantize int8 replaces"),
+        (["--shortlist", str(shortlist_file), "--precision", "int8"], "--precision int8 replaces"),
     ]:
         bad = ["translate", "-m", str(translating_model.last), "-i", str(source), "-o", str(out), "-q"]
         result = runner.invoke(app, [*bad, *extra])

@@ -367,6 +367,8 @@ def test_health_info_page_and_log_lines(server):
     info = server.get("/info")[2]
     assert info["default_model"] == "run" and info["models"][0]["src_lang"] == "human"
     assert info["limits"]["max_sentences"] == 8 and info["models"][0]["parameters"] > 0
+    assert info["models"][0]["precision"] == "fp32"  # NMT_PRECISION, as the log says:
+    assert "run: precision: fp32 (NMT_PRECISION=fp32)" in server.log.read_text()
     with urllib.request.urlopen(server.url + "/") as page:
         html = page.read().decode()
     assert '<script src="heatmap.js">' in html and "http" not in html.split("<script>")[1]  # no CDN
