@@ -196,7 +196,7 @@ class TrainConfig:
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
     precision: Literal["auto", "fp32", "fp16", "bf16"] = setting(
         "auto",
-        "auto: AMP on CUDA; on a CPU bf16 products where they run at least 2x faster than fp32 "
+        "auto: AMP on CUDA; on a CPU bf16 products where they run at least 1.5x faster than fp32 "
         "(measured once per machine), else fp32. bf16 on a CPU: bf16 operands, fp32 accumulation "
         "and weights; fp16: CUDA only",
     )

@@ -109,7 +109,7 @@ SetOption = Annotated[
 PrecisionOption = Annotated[
     Literal["auto", "fp32", "bf16", "int8"] | None,
     typer.Option(
-        help="CPU products: auto (default) takes bf16 where this CPU runs the model's at least 2x "
+        help="CPU products: auto (default) takes bf16 where this CPU runs the model's at least 1.5x "
         "faster in it, else fp32; int8: an int8 decoder. bf16 and int8 change outputs slightly."
     ),
 ]

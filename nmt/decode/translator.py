@@ -76,7 +76,7 @@ class Translator(TextTranslator):
         directory or an `hf://` path, or for a list of them decoding as an ensemble; `settings`
         replace the model's decode settings (`beam=5`, `alpha=0.6`, ...). `device`: auto, cpu,
         cuda, cuda:N or mps. `precision`: auto (the default: bf16 where this CPU runs the
-        model's products at least twice as fast in it, else fp32), fp32, bf16 or int8
+        model's products at least 1.5x as fast in it, else fp32), fp32, bf16 or int8
         (`nmt.model.precision`); `translator.precision.why` says what was chosen.
         `quantize="int8"` is the old spelling of `precision="int8"`."""
         paths = [path] if isinstance(path, str | Path) else list(path)

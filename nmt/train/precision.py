@@ -1,7 +1,7 @@
 """Mixed precision. On CUDA, AMP (bf16 where supported, else fp16 with a gradient scaler). On
 a CPU, bf16 products (`nmt.model.linear`: operands in bf16, fp32 accumulation, fp32 master
 weights, optimiser, masks, softmax, loss) where `train.precision` says bf16, or `auto` finds
-this CPU runs the model's products at least twice as fast in bf16 (`nmt.model.precision`);
+this CPU runs the model's products at least 1.5x as fast in bf16 (`nmt.model.precision`);
 else fp32. CPU autocast is never used: around nn.LSTM it is not a path to rely on.
 
 A run records the CPU precision it trained in, and a resumed run keeps it (exact resume holds

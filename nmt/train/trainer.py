@@ -48,7 +48,9 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(train.seed + 1)  # teacher-forcing coins
         if resume and checkpoint is None:
             checkpoint = read_checkpoint(self.last)
-        self.precision = Precision(self.device, train.precision, (checkpoint or {}).get("precision"))
+        # a run from before precisions were recorded (or one of a GPU's) computed its CPU products in fp32
+        recorded = checkpoint.get("precision", "fp32") if checkpoint else None
+        self.precision = Precision(self.device, train.precision, recorded)
         self.backends = None  # on a CPU: each weight gradient's backend, measured (`train.backends`)
         if self.device.type == "cpu":
             self.backends = BackendChoices.for_run(checkpoint, measure=self.world == 1)

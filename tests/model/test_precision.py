@@ -223,3 +223,32 @@ def test_a_bf16_run_resumed_on_auto_without_bf16_units_stops_in_one_line_unless_
     assert "the run trained in bf16 until now (not bit-identical)" in (run / "train.log").read_text()
     assert read_checkpoint(run / CHECKPOINTS / LAST)["precision"] == "fp32"
     linear.drop_prepacked()
+
+
+def test_a_run_from_before_precisions_were_recorded_resumes_in_fp32(toy_dir, tmp_path, monkeypatch):
+    from nmt.checkpoint import write_state
+
+    run = tmp_path / "run"
+    nmt_train(
+        toy_dir, run, "train.max_steps=4", "train.valid_every=4", "train.device=cpu", "train.precision=fp32"
+    )
+    last = run / CHECKPOINTS / LAST
+    state = read_checkpoint(last)
+    del state["precision"]  # as an nmt before precisions wrote it
+    write_state(last, state)
+    monkeypatch.setattr(linear, "BF16_UNITS", True)  # auto would take bf16 on a fresh run here
+    monkeypatch.setattr(precision, "time_precisions", lambda *shape: pytest.fail("measured on resume"))
+    args = [
+        "train",
+        "--resume",
+        str(run),
+        "--set",
+        "train.max_steps=8",
+        "--set",
+        "train.precision=auto",
+        "-q",
+    ]
+    resumed = runner.invoke(app, args)
+    assert resumed.exit_code == 0, resumed.output
+    assert "precision: fp32 (recorded by the run, kept on resume)" in (run / "train.log").read_text()
+    assert read_checkpoint(last)["precision"] == "fp32"
