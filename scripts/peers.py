@@ -1,4 +1,4 @@
-"""OpenNMT-py and JoeyNMT on the bench shape, measured the way scripts/bench.py measures nmt.
+"""OpenNMT-py, JoeyNMT and Marian on the bench shape, measured the way scripts/bench.py measures nmt.
 
 Not part of the test suite: the peers live in their own virtualenvs (they pin older torch
 releases, so install them with --no-deps on top of torch 2.13), e.g.
@@ -8,9 +8,12 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     ../peers/onmt/bin/pip install configargparse pyyaml sacrebleu rapidfuzz tensorboard sentencepiece \
         subword-nmt pyonmttok waitress flask six spacy pyahocorasick fasttext-wheel
 
+    python3 -m venv ../peers/marian && ../peers/marian/bin/pip install pymarian==1.12.42
+
     python scripts/peers.py prepare --work ../peers/work
     python scripts/peers.py train onmt --python ../peers/onmt/bin/python --work ../peers/work --steps 150
     python scripts/peers.py train joey --python ../peers/joey/bin/python --work ../peers/work --steps 150
+    python scripts/peers.py train marian --python ../peers/marian/bin/python --work ../peers/work --minutes 20
     python scripts/peers.py train onmt ... --minutes 20 --save-every 250   # the equal-budget run
     python scripts/peers.py translate onmt --python ... --work ... --model CKPT --beam 5 [--src big]
     python scripts/peers.py translate nmt --work ... --model RUN_OR_CKPT --beam 5 --threads 1 [--shortlist SL]
@@ -18,8 +21,9 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
     python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
 
-Both peers read the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
-so vocabularies and sequence lengths are equal; their outputs are decoded with the same model and
+Every peer reads the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
+so vocabularies and sequence lengths are equal (Marian builds its vocabulary from those pieces);
+their outputs are decoded with the same model and
 scored with sacreBLEU like nmt's. Each command prints one JSON object.
 """
 
@@ -140,7 +144,39 @@ model:
 TOK_S = {  # the target-tokens-per-second figure in each peer's training log
     "onmt": re.compile(r"Step (\d+)/.*?(\d+)/\s*(\d+) tok/s"),
     "joey": re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+(\d+)"),
+    "marian": re.compile(r"Up\. ([\d,]+) :.*?: ([\d.,]+) words/s"),  # words: target labels
 }
+
+
+def marian_train_command(bin_dir: Path, work: Path, run: Path, steps: int, threads: int) -> list[str]:
+    """Marian's s2s model closest to the bench shape: a 1-layer bidirectional LSTM encoder and a
+    1-layer LSTM decoder (Marian's s2s decoder is Nematus's conditional one, two cells a step,
+    attending between them), embeddings 256, states 512, tied embeddings, Adam 1e-3, dropout 0.3,
+    64 sentences a step; SIGTERM saves and exits."""
+    return [
+        str(bin_dir / "pymarian"), "--type", "s2s", "--enc-type", "bidirectional", "--enc-cell", "lstm",
+        "--dec-cell", "lstm", "--enc-depth", "1", "--dec-depth", "1", "--dim-emb", "256", "--dim-rnn", "512",
+        "--tied-embeddings-all", "--train-sets", str(work / "sp" / "train.de"), str(work / "sp" / "train.en"),
+        "--vocabs", str(run / "vocab.yml"), str(run / "vocab.yml"), "--dim-vocabs", "9000", "9000",
+        "--mini-batch", "64", "--maxi-batch", "100", "--max-length", "80", "--optimizer", "adam",
+        "--learn-rate", "0.001", "--dropout-rnn", "0.3", "--cpu-threads", str(threads), "--seed", "1",
+        "--disp-freq", "100", "--save-freq", str(steps), "--after", f"{steps}u",
+        "--model", str(run / "model.npz"), "--log", str(run / "train.log"), "--quiet",
+    ]  # fmt: skip
+
+
+# Marian's decoding, run by the peer's python: pieces in, pieces out, the length cap of the
+# other toolkits (1.25 x the source), raw log-probability ranking (Marian's default)
+MARIAN_DECODE = """
+import os, sys, pymarian
+model, vocab, beam, gemm, src, out = sys.argv[1:]
+threads = os.environ.get("OMP_NUM_THREADS", "1")
+options = f"-m {model} -v {vocab} {vocab} --beam-size {beam} --mini-batch 64 --maxi-batch 100"
+options += f" --cpu-threads {threads} --max-length-factor 1.25 --gemm-type {gemm} --quiet"
+lines = open(src, encoding="utf-8").read().splitlines()
+open(out, "w", encoding="utf-8").write("\\n".join(pymarian.Translator(options).translate(lines)) + "\\n")
+"""
+MARIAN_GEMM = {"auto": "float32", "fp32": "float32", "int8": "packed8avx512"}  # bf16: none on CPU
 
 
 @functools.cache
@@ -200,6 +236,12 @@ def peer_env(threads: int) -> dict:
     }
 
 
+def number(text: str) -> float:
+    """A number as a peer's log writes it ("1,280", "330.22")."""
+    value = float(text.replace(",", ""))
+    return int(value) if value.is_integer() else value
+
+
 def train(peer: str, python: str, work: Path, args) -> dict:
     run = work / f"{peer}-{args.tag}"
     run.mkdir(parents=True, exist_ok=True)
@@ -211,15 +253,18 @@ def train(peer: str, python: str, work: Path, args) -> dict:
         joey_attention="bahdanau" if args.additive else "luong",
     )  # fmt: skip
     config = run / "config.yaml"
-    config.write_text((ONMT if peer == "onmt" else JOEY).format(**fields), encoding="utf-8")
     bin_dir = Path(python).parent
-    cmd = (
-        [str(bin_dir / "onmt_train"), "-config", str(config)]
-        if peer == "onmt"
-        else [python, "-m", "joeynmt", "train", str(config)]
-    )
+    if peer == "marian":
+        cmd = marian_train_command(bin_dir, work, run, steps, args.threads)
+    else:
+        config.write_text((ONMT if peer == "onmt" else JOEY).format(**fields), encoding="utf-8")
+        cmd = (
+            [str(bin_dir / "onmt_train"), "-config", str(config)]
+            if peer == "onmt"
+            else [python, "-m", "joeynmt", "train", str(config)]
+        )
     start = time.perf_counter()
-    log = (run / "train.log").open("w", encoding="utf-8")
+    log = (run / ("stdout.log" if peer == "marian" else "train.log")).open("w", encoding="utf-8")
     # A session of its own, so that stopping it also stops OpenNMT-py's DataLoader workers.
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=peer_env(args.threads), start_new_session=True
@@ -227,11 +272,11 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     stop = functools.partial(os.killpg, proc.pid, signal.SIGTERM)
     timeline = []  # (seconds since start, step) at each logged report
     deadline = start + args.minutes * 60 if args.minutes else None
-    pattern = TOK_S[peer]
+    pattern, train_log = TOK_S[peer], run / "train.log"
     while proc.poll() is None:
         time.sleep(0.5)
-        text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
-        reached = [int(m.group(1)) for m in pattern.finditer(text)]
+        text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
+        reached = [number(m.group(1)) for m in pattern.finditer(text)]
         if reached and (not timeline or reached[-1] != timeline[-1][1]):
             timeline.append((round(time.perf_counter() - start, 2), reached[-1]))
         if peer == "joey" and reached and args.steps and reached[-1] >= args.steps:
@@ -241,7 +286,7 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     proc.wait()
     seconds = time.perf_counter() - start
     text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
-    rates = [float(m.group(m.lastindex)) for m in pattern.finditer(text)]
+    rates = [number(m.group(m.lastindex)) for m in pattern.finditer(text)]
     if not rates:
         raise SystemExit(
             f"peers: {peer} logged no training step; the end of {run / 'train.log'}:\n{text[-2000:]}"
@@ -249,7 +294,13 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     (run / "timeline.json").write_text(json.dumps(timeline) + "\n")
     return {
         "peer": peer,
-        "case": "train-additive-if (their bahdanau)" if args.additive else "train-luong-general-if",
+        "case": (
+            "train-s2s (Marian's conditional LSTM decoder)"
+            if peer == "marian"
+            else "train-additive-if (their bahdanau)"
+            if args.additive
+            else "train-luong-general-if"
+        ),
         "value": statistics.median(rates[1:] or rates),
         # Sentences/s from our own clock (each log line seen within 0.5 s), after the first report:
         # unlike tokens, every toolkit counts sentences alike (64 per step).
@@ -299,6 +350,13 @@ def translate_command(
             "-batch_size", "64", "-batch_type", "sents", "-max_length", "250",
             "-max_length_ratio", "1.25", "-report_time", "-gpu", "-1",
         ]  # fmt: skip
+    elif peer == "marian":
+        if precision not in MARIAN_GEMM:
+            raise SystemExit(f"peers: Marian has no {precision} on a CPU (use {', '.join(MARIAN_GEMM)})")
+        out = model.with_suffix(f".{tag}.pieces")
+        vocab = model.parent / "vocab.yml"
+        cmd = [python, "-c", MARIAN_DECODE, str(model), str(vocab), str(beam), MARIAN_GEMM[precision],
+               str(work / "sp" / f"{name}.de"), str(out)]  # fmt: skip
     elif peer == "nmt":
         out = model.with_suffix(f".{tag}.txt")
         same = ["--alpha", "0", "--length-penalty", "none", "--max-len", "250", "--max-len-ratio", "1.25",
@@ -441,7 +499,7 @@ def plot(curves: list[Path], labels: list[str], out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["prepare", "train", "translate", "score", "plot"])
-    ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "nmt"])
+    ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "marian", "nmt"])
     ap.add_argument("--python", help="the peer virtualenv's python")
     ap.add_argument("--work", type=Path, default=Path("../peers/work"))
     ap.add_argument("--steps", type=int)

@@ -1,0 +1,57 @@
+"""scripts/peers.py's Marian peer, without Marian: the training command is the bench shape, its
+log is read as Marian writes it, and its decoding script is Python that names the same search."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture(scope="module")
+def peers():
+    spec = importlib.util.spec_from_file_location("peers", SCRIPTS / "peers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("peers", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# two lines of a real `pymarian` training log (1.12.42, one thread), the second with commas
+MARIAN_LOG = (
+    "[2026-12-02 02:42:35] Ep. 1 : Up. 20 : Sen. 1,280 : Cost 7.31858730 * 21,580 @ 768 after 21,580 : "
+    "Time 65.35s : 330.22 words/s : gNorm 1.2743\n"
+    "[2026-12-02 02:43:27] Ep. 1 : Up. 1,040 : Sen. 66,560 : Cost 5.48583889 * 18,478 @ 768 after "
+    "40,058 : Time 51.88s : 1,356.14 words/s : gNorm 1.0260\n"
+)
+
+
+def test_marians_log_gives_its_steps_and_target_words_per_second(peers):
+    pattern, number = peers.TOK_S["marian"], peers.number
+    found = [(number(m.group(1)), number(m.group(2))) for m in pattern.finditer(MARIAN_LOG)]
+    assert found == [(20, 330.22), (1040, 1356.14)]
+
+
+def test_marian_trains_the_bench_shape_on_the_shared_pieces(peers, tmp_path):
+    cmd = peers.marian_train_command(Path("/venv/bin"), tmp_path, tmp_path / "run", 500, 2)
+
+    def value(flag: str) -> str:
+        return cmd[cmd.index(flag) + 1]
+
+    assert cmd[0] == "/venv/bin/pymarian" and "--tied-embeddings-all" in cmd
+    shape = ("--type", "--enc-type", "--enc-cell", "--dec-cell", "--dim-emb", "--dim-rnn")
+    assert [value(flag) for flag in shape] == ["s2s", "bidirectional", "lstm", "lstm", "256", "512"]
+    assert (value("--mini-batch"), value("--cpu-threads"), value("--after")) == ("64", "2", "500u")
+    assert value("--train-sets") == str(tmp_path / "sp" / "train.de")
+
+
+def test_marians_decoding_is_a_script_of_the_same_search_and_has_no_bf16(peers, tmp_path):
+    model = tmp_path / "marian-bench" / "model.npz"
+    cmd, out = peers.translate_command("marian", "/venv/bin/python", tmp_path, model, 5, precision="int8")
+    compile(cmd[2], "MARIAN_DECODE", "exec")
+    assert cmd[3:7] == [str(model), str(model.parent / "vocab.yml"), "5", "packed8avx512"]
+    assert "--max-length-factor 1.25" in cmd[2] and out.name == "model.test.beam5.int8.pieces"
+    with pytest.raises(SystemExit, match="Marian has no bf16 on a CPU"):
+        peers.translate_command("marian", "/venv/bin/python", tmp_path, model, 5, precision="bf16")
