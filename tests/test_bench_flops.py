@@ -1,10 +1,6 @@
 """scripts/bench.py's FLOP count, checked against torch's own FlopCounterMode. With oneDNN off,
 nn.LSTM runs as plain matrix products that the counter sees, so the two must agree."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,16 +10,11 @@ from nmt.config import config_from_dict
 from nmt.data.batching import Batch
 from nmt.model.seq2seq import Seq2Seq
 from nmt.vocab import BOS, PAD
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from tests.scripts import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench", SCRIPTS / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench")
 
 
 @pytest.mark.filterwarnings("ignore:TF32 acceleration")  # oneDNN's flag toggle, irrelevant here

@@ -1,22 +1,16 @@
 """scripts/peers.py's Marian peer, without Marian: the training command is the bench shape, its
 log is read as Marian writes it, and its decoding script is Python that names the same search."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def peers():
-    spec = importlib.util.spec_from_file_location("peers", SCRIPTS / "peers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("peers", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("peers")
 
 
 # two lines of a real `pymarian` training log (1.12.42, one thread), the second with commas
