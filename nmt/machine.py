@@ -33,6 +33,13 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_key() -> str:
+    """What a choice measured here holds for: this CPU, torch build and kernel set, thread count
+    (the key of the cached weight-gradient backends and precisions)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{cpu_name()} | torch {torch.__version__} {capability} | {torch.get_num_threads()} threads"
+
+
 def milliseconds(product: Callable[[], torch.Tensor], repeats: int, warm_up: int = 3) -> float:
     """The median time of `product`, after `warm_up` calls that compile and warm it."""
     for _ in range(warm_up):

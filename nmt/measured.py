@@ -26,6 +26,7 @@ from nmt.jsonvalues import JSONError, parse_json
 MAX_BYTES = 1 << 20  # a machine's cache holds a few dozen entries of ~100 bytes
 MAX_MACHINE = 300  # characters of a machine's key: its CPU, torch build and threads
 DEPTH = 4  # machine -> key -> entry -> timings
+SHAPE = re.compile(r"\d{1,9} x \d{1,9} x \d{1,9}")  # a product's key: rows x out x inner
 
 
 def cache_folder() -> Path:
@@ -105,6 +106,11 @@ class MeasuredFile:
         name, ms = item
         number = isinstance(ms, int | float) and not isinstance(ms, bool)
         return name in self.choices and number and math.isfinite(ms) and ms >= 0
+
+    def by_shape(self, machine: str) -> tuple[list[tuple[str, Entry]], str]:
+        """`entries`, smallest product shape first, for a report."""
+        entries, note = self.entries(machine)
+        return sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]), note
 
     def entries(self, machine: str) -> tuple[dict[str, Entry], str]:
         """This machine's valid entries, and the line saying the file was ignored ('' if not)."""

@@ -17,15 +17,14 @@ tell (docs/performance.md has its BLEU); it is the user's to ask for.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from nmt.errors import NMTError
-from nmt.machine import cpu_name, milliseconds
-from nmt.measured import Entry, MeasuredFile
+from nmt.machine import machine_key, milliseconds
+from nmt.measured import SHAPE, Entry, MeasuredFile
 from nmt.model import linear
 
 DECODING = ("auto", "fp32", "bf16", "int8")
@@ -33,7 +32,6 @@ TRAINING = ("auto", "fp32", "bf16")
 SPEED_UP = 1.5  # bf16 chosen by `auto` only where the products run at least this much faster
 ROWS = 64  # rows a product is timed at: a decoding batch's step, a training step's cell
 REPEATS = 10  # timed calls of each precision (after three that warm it up)
-SHAPE = re.compile(r"\d{1,9} x \d{1,9} x \d{1,9}")  # rows x out x inner
 CACHE = MeasuredFile("precision.json", ("fp32", "bf16"), SHAPE)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 AUTO = "NMT_PRECISION"  # what `auto` (the default) stands for, when set: e.g. fp32 for a test suite
@@ -49,10 +47,6 @@ class Choice:
     @property
     def dtype(self) -> torch.dtype:
         return DTYPES.get(self.name, torch.float32)
-
-
-def machine_key() -> str:
-    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
 def product_shapes(model: nn.Module) -> list[tuple[int, int, int]]:
@@ -147,11 +141,11 @@ def choose(
 
 def report() -> str:
     """`nmt env --bench`: this machine's measured products, one line a shape ('' when none)."""
-    entries, note = CACHE.entries(machine_key())
+    entries, note = CACHE.by_shape(machine_key())
     if note or not entries:
         return note
     lines = [f"precision, the products measured when a model first ran on auto ({CACHE.path}):"]
-    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]):
+    for key, entry in entries:
         ratio = entry.ms["fp32"] / max(entry.ms["bf16"], 1e-9)
         lines.append(
             f"  {key:20} fp32 {entry.ms['fp32']:6.2f} ms, bf16 {entry.ms['bf16']:6.2f} ms ({ratio:.1f}x)"

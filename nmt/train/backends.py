@@ -16,33 +16,25 @@ its choices, so a resumed run computes with the same backends and stays bit-iden
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import torch
 
 from nmt.errors import NMTError
-from nmt.machine import cpu_name, milliseconds
-from nmt.measured import Entry, MeasuredFile
+from nmt.machine import machine_key, milliseconds
+from nmt.measured import SHAPE, Entry, MeasuredFile
 from nmt.model import linear
 
 FORCED = "NMT_WEIGHT_GRADIENT"
 DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
 REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
-SHAPE = re.compile(r"\d{1,9} x \d{1,9} x \d{1,9}")  # rows x out x inner, as `shape_key` writes it
-CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), SHAPE)
+CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), SHAPE)  # keys: `shape_key`
 
 
 def cache_file() -> Path:
     """The machine's choices: backends.json in nmt's cache folder (`nmt.measured.cache_folder`)."""
     return CACHE.path
-
-
-def machine_key() -> str:
-    """What a measured choice holds for: this CPU, torch build and kernel set, thread count."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    return f"{cpu_name()} | torch {torch.__version__} {capability} | {torch.get_num_threads()} threads"
 
 
 def rows_bucket(rows: int) -> int:
@@ -135,11 +127,11 @@ class BackendChoices:
 def choices_report() -> str:
     """`nmt env --bench`: this machine's cached choices, one line a shape ('' when none), or
     the line saying the cache is ignored."""
-    entries, note = CACHE.entries(machine_key())
+    entries, note = CACHE.by_shape(machine_key())
     if note or not entries:
         return note
     lines = [f"weight gradients, measured when training first met them ({cache_file()}):"]
-    for key, entry in sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]):
+    for key, entry in entries:
         timings = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry.ms.items()))
         lines.append(f"  {key:20} {entry.choice:7} ({timings})")
     return "\n".join(lines)
