@@ -46,6 +46,10 @@ class Settings:
     # attention, and on a GPU it runs over fixed rows and CUDA graphs (`nmt.decode.rows`)
     plain: bool = False
 
+    def decoding(self) -> dict:
+        """The decode settings these set, for `TextTranslator.configured`."""
+        return {k: v for k, v in asdict(self).items() if k not in ("model", "nbest", "plain")}
+
 
 @dataclass(eq=False)
 class Job:
@@ -159,9 +163,8 @@ class Batcher:
 
     def _decode_pool(self, settings: Settings) -> None:
         """Decode the jobs with `settings` as one pool, admitting them as they come."""
-        decode = {k: v for k, v in asdict(settings).items() if k not in ("model", "nbest", "plain")}
         translator = self.translators[settings.model].configured(
-            **decode, batch_size=self.max_batch, batch_type="sentences"
+            **settings.decoding(), batch_size=self.max_batch, batch_type="sentences"
         )
         admitted: list[Job] = []  # admitted and not yet answered
         encoded: dict[tuple[Job, int], tuple[list[int], bool]] = {}
@@ -203,21 +206,14 @@ class Batcher:
         """The job's sentences as sources of the pool; empty ones are answered at once. A job
         whose text the tokenizer refuses gets that error alone: the pool goes on without it."""
         try:
-            ids, truncated = translator.encode_sources(job.sentences)
-            begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
-            guides = job.constraints or [None] * len(ids)
-            beam = translator.keeps_beam(job.settings.nbest)
-            steering = [
-                translator.steering(prefix, guide, row, f"sentence {i + 1}", beam)
-                for i, (prefix, guide, row) in enumerate(zip(begun, guides, ids, strict=True))
-            ]
+            ids, truncated, steering = job_steering(job, translator)
         except Exception as e:
             if not isinstance(e, NMTError):  # requests.py lets through only text it can take
                 log.exception("encoding a request failed")
             job.deliver(e)
             return
         admitted.append(job)
-        lines = [i for i, line in enumerate(job.sentences) if line.strip()]
+        lines = list(steering)
         job.results = [None if line.strip() else Translation([], [], [], [""]) for line in job.sentences]
         for i in lines:
             encoded[(job, i)] = (ids[i], i in truncated)
@@ -227,3 +223,20 @@ class Batcher:
             job.deliver(job.results)
         for i in lines:
             yield Source((job, i), ids[i], translator.max_len(len(ids[i])), *steering[i])
+
+
+def job_steering(job: Job, translator: Translator) -> tuple[list[list[int]], set[int], dict[int, tuple]]:
+    """The job's source ids, the indices of those cut, and what steers each non-empty sentence
+    (`TextTranslator.steering`), by index. Empty sentences are answered empty whatever their
+    prefix, as `nmt translate` answers an empty line. Raises the `NMTError` of a sentence the
+    model refuses (a prefix or phrase with no room under the output cap)."""
+    ids, truncated = translator.encode_sources(job.sentences)
+    begun = translator.encode_prefixes(job.prefixes or [""] * len(ids))
+    guides = job.constraints or [None] * len(ids)
+    beam = translator.keeps_beam(job.settings.nbest)
+    steering = {
+        i: translator.steering(prefix, guide, row, f"sentence {i + 1}", beam)
+        for i, (prefix, guide, row, line) in enumerate(zip(begun, guides, ids, job.sentences, strict=True))
+        if line.strip()
+    }
+    return ids, truncated, steering

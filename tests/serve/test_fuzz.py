@@ -15,6 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nmt.decode.translator import Translator
+from nmt.errors import NMTError
+from nmt.serve.batcher import Job, job_steering
 from nmt.serve.requests import Limits, RequestError, TranslateRequest, parse_translate
 from tests.serve.hostile import MAX_CHARS, MAX_SENTENCES, hostile_bodies, valid_requests
 from tests.serve.test_server import running_server
@@ -59,21 +62,30 @@ def connection(server):
 
 
 @pytest.fixture(scope="module")
-def contract(server) -> tuple[Limits, dict[str, int]]:
-    """The server's limits and each model's default beam, as `GET /info` publishes them."""
+def contract(server, model) -> tuple[Limits, dict[str, int], Translator]:
+    """The server's limits and each model's default beam, as `GET /info` publishes them, and
+    its model, which alone knows whether a prefix or phrase leaves room under the output cap."""
     info = server.get("/info")[2]
     limits = Limits(**{k: v for k, v in info["limits"].items() if k in Limits.__dataclass_fields__})
-    return limits, {m["name"]: m["decode"]["beam"] for m in info["models"]}
+    return limits, {m["name"]: m["decode"]["beam"] for m in info["models"]}, Translator.load(model, device="cpu")
 
 
-def expected(body: bytes, limits: Limits, beams: dict[str, int]) -> tuple[int, TranslateRequest | None]:
+def expected(
+    body: bytes, limits: Limits, beams: dict[str, int], translator: Translator
+) -> tuple[int, TranslateRequest | None]:
     """The status a body must get, and its request when that is 200."""
     if len(body) > limits.max_body_bytes:
         return 413, None
     try:
-        return 200, parse_translate(body, limits, beams)
+        req = parse_translate(body, limits, beams)
     except RequestError as e:
         return e.status, None
+    job = Job(req.settings, req.sentences, print, req.prefixes, req.constraints)
+    try:
+        job_steering(job, translator.configured(**req.settings.decoding()))
+    except NMTError:
+        return 422, None
+    return 200, req
 
 
 def assert_answered(status: int, answer: dict, want: int, req: TranslateRequest | None) -> None:

@@ -207,6 +207,9 @@ def test_prefixed_answers_equal_nmt_translate_with_prefixes(server, model, lines
     assert all(text.startswith(p) for text, p in zip(served, prefixes, strict=True))
     status, _, body = server.post({"text": chosen[0], "prefix": "2001 " * 40})
     assert status == 422 and "sentence 1: the prefix has" in body["error"]
+    # An empty sentence is answered empty whatever its prefix, as `nmt translate` answers it.
+    status, _, body = server.post({"texts": ["", chosen[0]], "prefixes": ["2001 " * 40, ""]})
+    assert status == 200 and body["translations"][0]["text"] == "", body
 
 
 def test_constrained_answers_equal_nmt_translate_with_constraints(server, model, lines, tmp_path):
