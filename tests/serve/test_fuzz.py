@@ -67,7 +67,8 @@ def contract(server, model) -> tuple[Limits, dict[str, int], Translator]:
     its model, which alone knows whether a prefix or phrase leaves room under the output cap."""
     info = server.get("/info")[2]
     limits = Limits(**{k: v for k, v in info["limits"].items() if k in Limits.__dataclass_fields__})
-    return limits, {m["name"]: m["decode"]["beam"] for m in info["models"]}, Translator.load(model, device="cpu")
+    beams = {m["name"]: m["decode"]["beam"] for m in info["models"]}
+    return limits, beams, Translator.load(model, device="cpu")
 
 
 def expected(
