@@ -23,20 +23,22 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from nmt.config import Config, config_from_dict, load_config
+from nmt.config import Config, config_from_dict, load_config, read_with_bases
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write, mismatch
 from nmt.hub import is_hub_path, resolve_model_path
 from nmt.jsonvalues import read_json
 from nmt.model.seq2seq import Seq2Seq
+from nmt.plugins import for_config, require, sha256
 from nmt.rundir import BEST, CHECKPOINTS, LAST
 
 FORMAT_VERSION = 1
 RELEASE_WEIGHTS, RELEASE_CONFIG, RELEASE_MANIFEST = "model.safetensors", "config.yaml", "manifest.json"
 ONNX_MARKER = "encoder.onnx"  # an `nmt export` directory: decoded by the onnx engine, not torch
 CHECKSUMS = "checksums"  # {entry: CRC-32 of its value}, written with every checkpoint
-TRANSLATING = ("config", "model", "tokenizers")  # the entries a translator reads
+TRANSLATING = ("config", "model", "tokenizers", "plugins")  # the entries a translator reads
+PLUGINS = "plugins"  # a release's folder of its plugin files (`nmt.plugins`)
 
 
 @dataclass
@@ -55,6 +57,8 @@ def save_checkpoint(path: Path, cfg: Config, model: Seq2Seq, tok: TokenizerPair,
         "tokenizers": tok.to_state(),
         **extra,
     }
+    if cfg.plugins:  # each plugin's name, sha256 and source: what loading the model needs
+        state["plugins"] = [plugin.record() for plugin in for_config(cfg.plugins)]
     write_state(path, state)
 
 
@@ -225,14 +229,17 @@ def config_differences(ours: dict, theirs: dict, prefix: str = "") -> Iterator[t
             yield f"{prefix}{key}", value, other
 
 
-def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """A ready model (eval mode, on `device`) with its config and tokenizers."""
+def load_checkpoint(path: Path, device: torch.device | str = "cpu", own_files: bool = False) -> LoadedModel:
+    """A ready model (eval mode, on `device`) with its config and tokenizers; the plugins it
+    needs imported as their user allows (`nmt.plugins.require`; `own_files`: a run's own)."""
     path = resolve_checkpoint(path)
     # on the CPU: mapped to a GPU, all of it would be read; checksums checked last, when the
     # entries are known to make a model (a damaged one that does not says what is wrong)
     state = read_checkpoint(path, mmap=True, entries=())
     if not isinstance(state["config"], dict):
         raise NMTError(f"{path}: a damaged nmt checkpoint (its config is not a mapping)")
+    verify(state, path, ("plugins",))  # before any of them may run
+    require(state.get("plugins"), str(path), own_files)
     cfg = config_from_dict(state["config"], source=f"{path} (its config)")
     try:
         tok = TokenizerPair.from_state(state["tokenizers"])
@@ -277,12 +284,14 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
             total[name] += value.double()
     dtypes = {name: value.dtype for name, value in model_weights(first).items()}
     averaged = {name: (value / len(paths)).to(dtypes[name]) for name, value in total.items()}
+    recorded = {"plugins": first["plugins"]} if "plugins" in first else {}
     return {
         "format_version": FORMAT_VERSION,
         "config": first["config"],
         "model": averaged,
         "tokenizers": first["tokenizers"],
         "averaged_from": [str(p) for p in paths],
+        **recorded,
     }
 
 
@@ -298,7 +307,8 @@ def load_release(directory: Path, device: torch.device | str = "cpu") -> LoadedM
     """
     directory = Path(directory)
     check_manifest(directory)
-    cfg = load_config(directory / RELEASE_CONFIG)
+    require(release_plugins(directory), str(directory))
+    cfg = load_config(directory / RELEASE_CONFIG, run=False)
     tok = TokenizerPair.load(directory)
     weights = _release_weights(directory / RELEASE_WEIGHTS, device)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
@@ -307,6 +317,20 @@ def load_release(directory: Path, device: torch.device | str = "cpu") -> LoadedM
     model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
     model.to(device).eval()
     return LoadedModel(cfg, model, tok, {})
+
+
+def release_plugins(directory: Path) -> list[dict[str, str]]:
+    """The records of the plugin files a release's config.yaml names (in its `plugins/`, whose
+    sha256 the manifest holds)."""
+    records = []
+    for name in read_with_bases(directory / RELEASE_CONFIG)[0].get("plugins") or []:
+        path = Path(name)
+        if not (isinstance(name, str) and path.parent == (directory / PLUGINS).resolve() and path.is_file()):
+            raise NMTError(f"{directory}: its {RELEASE_CONFIG} names a plugin outside its {PLUGINS}/ folder")
+        data = path.read_bytes()
+        source = data.decode("utf-8", errors="replace")
+        records.append({"name": path.name, "sha256": sha256(data), "source": source, "path": ""})
+    return records
 
 
 def check_manifest(directory: Path) -> None:

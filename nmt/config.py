@@ -20,9 +20,18 @@ from nmt.errors import NMTError
 
 BUILTIN_DIR = Path(__file__).parent / "configs"
 
+# The built-in names of the three registries a plugin may add to (nmt.plugins): a config's value
+# is one of these, or a name a plugin registered (`nmt.registry.names`)
 AttentionType = Literal[
     "none", "dot", "scaled_dot", "general", "concat", "bahdanau", "local_m", "local_p", "multihead"
 ]
+DecoderStyle = Literal["luong", "bahdanau"]
+BridgeType = Literal["none", "last", "linear", "backward"]
+PLUGGABLE = {  # config key -> (registry kind, built-in names)
+    "model.attention.type": ("attention", typing.get_args(AttentionType)),
+    "model.decoder.style": ("decoder", typing.get_args(DecoderStyle)),
+    "model.decoder.bridge": ("bridge", typing.get_args(BridgeType)),
+}
 
 
 def setting(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -> Any:
@@ -104,13 +113,13 @@ class EncoderConfig:
 
 @dataclass
 class DecoderConfig:
-    style: Literal["luong", "bahdanau"] = setting(
+    style: str = setting(
         "luong", "step order: luong (RNN, then attend with h_t) or bahdanau (attend with s_{t-1}, then RNN)"
     )
     hidden: int = setting(512, "LSTM units")
     layers: int = setting(1, "stacked LSTM layers")
     input_feeding: bool = setting(False, "luong only: feed h~_{t-1} into the next step (Luong §3.3)")
-    bridge: Literal["none", "last", "linear", "backward"] = setting(
+    bridge: str = setting(
         "linear", "initial state from the encoder: none, last, linear or backward (Bahdanau's s_0)"
     )
     output: Literal["linear", "maxout"] = setting("linear", "bahdanau only: the deep-output layer")
@@ -119,12 +128,13 @@ class DecoderConfig:
 
 @dataclass
 class AttentionConfig:
-    type: AttentionType = setting("dot", "the score function (nmt/model/attention.py)")
+    type: str = setting("dot", "the score function (nmt/model/attention.py), or a plugin's")
     dim: int | None = setting(None, "hidden size of additive scores; default: decoder hidden")
     bias: bool = setting(False, "additive scores: a bias inside the tanh")
     heads: int = setting(4, "multihead: number of heads")
     window: int = setting(10, "local_m / local_p: D, the window is [p_t - D, p_t + D]")
     dropout: float = setting(0.0, "dropout on the attention weights, in training only")
+    options: dict[str, Any] = setting(factory=dict, doc="a plugin attention's own settings (its Options)")
 
 
 @dataclass
@@ -243,6 +253,9 @@ class Config:
     model: ModelConfig = setting(factory=ModelConfig, doc="the network")
     train: TrainConfig = setting(factory=TrainConfig, doc="optimisation, validation and budgets")
     decode: DecodeConfig = setting(factory=DecodeConfig, doc="search settings for validation and translate")
+    plugins: list[str] = setting(
+        factory=list, doc="Python files of your own attention, decoder or bridge (relative to this file)"
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -347,13 +360,25 @@ def printable(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def load_config(name: str | Path, overrides: list[str] | None = None) -> Config:
-    """A config file or built-in name, merged over its `base:` chain, then the `--set` overrides."""
+def load_config(
+    name: str | Path, overrides: list[str] | None = None, plugins: list[Path] | None = None, run: bool = True
+) -> Config:
+    """A config file or built-in name, merged over its `base:` chain, then the `--set` overrides.
+    Its `plugins` (each relative to the file naming it) and `plugins` given here (--plugin) are
+    imported first, when `run` (a release's config is read with `run` False: its plugins are
+    the model's, `nmt.plugins.require`), and recorded in the config as absolute paths."""
     path = resolve_config_path(name)
     raw, bases = read_with_bases(path)
     for item in overrides or []:
         apply_override(raw, item)
     source = f"{path} (with base {', '.join(bases)})" if bases else str(path)
+    named = raw.get("plugins", [])
+    if isinstance(named, list) and all(isinstance(p, str) for p in named):
+        raw["plugins"] = list(dict.fromkeys([*named, *(str(Path(p).resolve()) for p in plugins or [])]))
+        if run:
+            from nmt.plugins import load_files
+
+            load_files(raw["plugins"])
     return config_from_dict(raw, source=source)
 
 
@@ -376,7 +401,7 @@ def read_config_file(path: Path, named_by: Path | None = None) -> dict[str, Any]
 def read_with_bases(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The file's mapping merged over its `base:` chain (a base may have a base), and the bases'
     names as written, nearest first. Configs that differ in a few keys then say only those."""
-    layers, names, seen = [read_config_file(path)], [], [path.resolve()]
+    layers, names, seen = [_anchored(read_config_file(path), path)], [], [path.resolve()]
     while "base" in layers[-1]:
         name = layers[-1].pop("base")
         base = find_base(name, path)
@@ -385,12 +410,20 @@ def read_with_bases(path: Path) -> tuple[dict[str, Any], list[str]]:
             raise NMTError(f"{path}: base: {name} makes a cycle ({cycle}); remove one of the bases")
         seen.append(base.resolve())
         names.append(str(name))
-        layers.append(read_config_file(base, named_by=path))
+        layers.append(_anchored(read_config_file(base, named_by=path), base))
         path = base
     raw = layers.pop()
     for own in reversed(layers):
         raw = merge_sections(raw, own)
     return raw, names
+
+
+def _anchored(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A file's `plugins` as absolute paths: each is relative to the file that names it."""
+    named = raw.get("plugins")
+    if isinstance(named, list) and all(isinstance(p, str) for p in named):
+        raw["plugins"] = [str((path.parent / p).resolve()) for p in named]
+    return raw
 
 
 def find_base(name: Any, naming: Path) -> Path:
@@ -465,6 +498,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             if not isinstance(node, dict):
                 raise NMTError(f"{option}: {part} is not a section")
             cls = hint
+            if typing.get_origin(hint) is dict and depth == len(parts) - 2:
+                # a mapping of a plugin's own keys (model.attention.options): checked with the config
+                node[parts[-1]] = read_yaml(value, option)
+                return
     parsed = read_yaml(value, option)
     _convert(hint, parsed, "--set", key.strip())
     node[parts[-1]] = parsed
@@ -519,6 +556,8 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise NMTError(f"{source}: {key}: expected a mapping, got {show(value)}")
+        if args[1] is Any:  # a plugin's own settings: checked against its Options (`validate`)
+            return {str(k): v for k, v in value.items()}
         return {str(k): str(v) for k, v in value.items()}
     if tp is float and isinstance(value, int | str) and not isinstance(value, bool):
         try:  # YAML 1.1 reads `1e-4` (no dot) as a string; take it as the number it means
@@ -631,6 +670,7 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         if len(symbol.split()) != 1 or symbol != symbol.strip():
             fail("tokenizer.user_symbols", f"{symbol!r}: each symbol is one word without spaces")
     validate_corpora(cfg, fail)
+    validate_pluggable(cfg, source, fail)
     memory = 2 * enc.hidden
     if att.type in ("dot", "scaled_dot") and dec.hidden != memory:
         fail(
@@ -661,6 +701,44 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         fail("data.join", f"must be 0 (off) or at least 2 (join runs of 2 .. K pairs), got {cfg.data.join}")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
+
+
+def registered(key: str) -> dict[str, type | None]:
+    """The names `key` (a `PLUGGABLE` key) may take: the built-in ones, and those plugins
+    registered (with their classes; a built-in's class is None until its module is imported)."""
+    from nmt.registry import names
+
+    kind, builtin = PLUGGABLE[key]
+    return dict.fromkeys(builtin) | names(kind)
+
+
+def validate_pluggable(cfg: Config, source: str, fail: Callable[[str, str], None]) -> None:
+    """Each pluggable name is built in or registered by a plugin; a plugin attention's options
+    are those of its `Options` (a dataclass of `setting`s), and a built-in takes none."""
+    for key in PLUGGABLE:
+        value = _get(cfg, key)
+        known = registered(key)
+        if value not in known:
+            fail(
+                key,
+                f"{show(value)} is not one of {', '.join(known)}; for a class of your own, name its file "
+                "under plugins: in the config or give --plugin FILE",
+            )
+    att = cfg.model.attention
+    options = getattr(registered("model.attention.type")[att.type], "Options", None)
+    if options is None and att.options:
+        fail("model.attention.options", f"the {att.type} attention takes no options")
+    if options is not None:
+        try:
+            plugin_options(options, att.options, source)
+        except (TypeError, ValueError) as e:
+            fail("model.attention.options", str(e))
+
+
+def plugin_options(options: type, given: dict[str, Any], source: str) -> Any:
+    """A plugin's `Options` dataclass built from `given` (the config's mapping), every key and
+    type checked as a config's are."""
+    return _build(options, given, source, "model.attention.options.")
 
 
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
@@ -739,6 +817,9 @@ def describe_config(cfg: Config) -> str:
             if dataclasses.is_dataclass(value):
                 lines.append(f"{indent}{f.name}:{comment}")
                 walk(value, indent + "  ")
+            elif isinstance(obj, AttentionConfig) and f.name == "options" and (shown := _options_of(obj)):
+                lines.append(f"{indent}{f.name}:{comment}")
+                walk(shown, indent + "  ")
             else:
                 if isinstance(value, list):  # data.corpora: a list of sections
                     value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
@@ -749,3 +830,9 @@ def describe_config(cfg: Config) -> str:
 
     walk(cfg, "")
     return "\n".join(lines) + "\n"
+
+
+def _options_of(att: AttentionConfig) -> Any:
+    """A plugin attention's options as set (its `Options` filled in), for `describe_config`."""
+    options = getattr(registered("model.attention.type").get(att.type), "Options", None)
+    return None if options is None else plugin_options(options, att.options, "<config>")

@@ -13,6 +13,7 @@ from nmt.train.learner import Learner
 from nmt.train.precision import Precision
 from nmt.vocab import BOS, EOS, PAD
 from tests.conftest import tiny_config
+from tests.plugins import load_examples
 from tests.train.test_trainer import nmt_train
 
 pytestmark = [
@@ -22,6 +23,7 @@ pytestmark = [
     ),
 ]
 V = 50
+STATEFUL = load_examples()  # location-aware and coverage attention, plugins of docs/plugins
 
 
 def random_batch(seed: int, rows: int = 5, src_len: int = 9, tgt_len: int = 7, device: str = "cuda") -> Batch:
@@ -49,14 +51,16 @@ def loss_and_gradients(learner: Learner, batch: Batch) -> tuple[float, float, di
     return float(objective.detach()), float(nll), grads
 
 
-@pytest.mark.parametrize("feeding", [True, False])
-def test_a_graphed_step_gives_the_eager_loss_and_gradients(feeding):
+@pytest.mark.parametrize(
+    "feeding,attention", [(True, "general"), (False, "general"), (False, "location"), (True, "coverage")]
+)
+def test_a_graphed_step_gives_the_eager_loss_and_gradients(feeding, attention):
     cuda = torch.device("cuda")
     results = []
     for graphs in (False, True):
         torch.manual_seed(0)
         cfg = tiny_config(
-            model={"decoder": {"hidden": 32, "input_feeding": feeding}},
+            model={"decoder": {"hidden": 32, "input_feeding": feeding}, "attention": {"type": attention}},
             train={"cuda_graphs": graphs, "precision": "fp32", "label_smoothing": 0.1},
         )
         learner = Learner(cfg, (V, V), cuda, Precision(cuda, "fp32"))
@@ -294,3 +298,28 @@ def test_n_best_and_prefixes_decode_over_fixed_rows_and_constraints_fall_back(
     from tests.decode.test_rows import check_fixed_rows_routing
 
     check_fixed_rows_routing(translating_model, toy_dir, monkeypatch, "cuda")
+
+
+@pytest.mark.parametrize("attention", STATEFUL)
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_stateful_plugin_decodes_over_graphed_fixed_rows_as_the_pool_does(attention, beam):
+    """A stateful attention's state in the fixed rows' buffers, one a source bucket, replayed as
+    CUDA graphs: the hypotheses of the continuous pool on the same GPU."""
+    from nmt.config import DecodeConfig
+    from nmt.decode import rows
+    from nmt.decode.search import search
+    from tests.decode.test_rows import mixed_sources
+    from tests.decode.test_search import STYLES, make_model
+
+    cuda = torch.device("cuda")
+    model = make_model(STYLES["luong-if"], attention=attention).to(cuda)
+    items, cfg = mixed_sources(40, 30, seed=4), DecodeConfig(beam=beam, rows="fixed")
+    fits = lambda sentences, _: sentences <= 8  # noqa: E731
+    kept = rows.Kept()
+    for _ in range(2):  # the second search replays the graphs the first captured
+        fixed = dict(search(model, items, cfg, fits, cuda, beam, attention=False, pools=kept.pools()))
+    pooled = dict(search(model, items, cfg, fits, cuda, beam, attention=False))
+    graphs = [len(pool.steps.graphs) for pool in kept.kept.values()]
+    assert sum(graphs) > 1, graphs
+    same = sum([h.tokens for h in fixed[k]] == [h.tokens for h in v] for k, v in pooled.items())
+    assert same >= 0.95 * len(items), (same, len(items))

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import typer
 from typer import _click as click  # typer >= 0.29 vendors click
-from typer.core import TyperArgument, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from nmt.errors import NMTError
 from nmt.fileio import describe_os_error, os_error_in
@@ -64,7 +64,53 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-app = typer.Typer(
+# The panels of a command's help, so a newcomer finds an option by what it is for (nmt translate
+# has about 40); the options of no panel come last, under "Options"
+MODEL, SEARCH, SAMPLING, STEERING, OUTPUT, SPEED = (
+    "Model and input",
+    "Search",
+    "Sampling",
+    "Steering",
+    "Output",
+    "Speed",
+)
+TRAINING = "Training"
+PANELS = (MODEL, TRAINING, SEARCH, SAMPLING, STEERING, OUTPUT, SPEED)
+
+
+class PanelledCommand(TyperCommand):
+    """Plain help (no boxes: it reads like other tools' and fits 80 columns) with the options in
+    sections by their `rich_help_panel`, in the order of `PANELS`."""
+
+    def format_options(self, ctx, formatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        arguments = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append(record)
+            else:
+                sections.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        order = {title: i for i, title in enumerate((*PANELS, "Options"))}
+        for title, records in sorted(sections.items(), key=lambda item: order.get(item[0], len(order))):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
+class Commands(typer.Typer):
+    """Every command's help in panels (`PanelledCommand`)."""
+
+    def command(self, *args, cls=PanelledCommand, **kwargs):
+        return super().command(*args, cls=cls, **kwargs)
+
+
+app = Commands(
     cls=OneLineErrors,
     name="nmt",
     help="Attentional LSTM neural machine translation: data, training, decoding, evaluation.",
@@ -72,10 +118,8 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help that reads like other tools' and fits 80 columns
     pretty_exceptions_show_locals=False,
 )
-data_app = typer.Typer(help="Get parallel text ready (nmt data toy --output data/toy).", no_args_is_help=True)
-plot_app = typer.Typer(
-    help="Plots of attention and training (nmt plot curves runs/toy).", no_args_is_help=True
-)
+data_app = Commands(help="Get parallel text ready (nmt data toy --output data/toy).", no_args_is_help=True)
+plot_app = Commands(help="Plots of attention and training (nmt plot curves runs/toy).", no_args_is_help=True)
 
 
 def builtin_config_names(incomplete: str = "") -> list[str]:
@@ -92,6 +136,7 @@ def _config_option() -> typer.models.OptionInfo:
         metavar="FILE|NAME",
         help="YAML file, or the name of a built-in config (nmt configs).",
         autocompletion=builtin_config_names,
+        rich_help_panel=MODEL,
     )
 
 
@@ -104,13 +149,15 @@ SetOption = Annotated[
         "-s",
         metavar="KEY=VALUE",
         help="Override a config value, e.g. model.attention.type=bahdanau (repeatable).",
+        rich_help_panel=MODEL,
     ),
 ]
 PrecisionOption = Annotated[
     Literal["auto", "fp32", "bf16", "int8"] | None,
     typer.Option(
         help="CPU products: auto (default) takes bf16 where this CPU runs the model's at least 1.5x "
-        "faster in it, else fp32; int8: an int8 decoder. bf16 and int8 change outputs slightly."
+        "faster in it, else fp32; int8: an int8 decoder. bf16 and int8 change outputs slightly.",
+        rich_help_panel=SPEED,
     ),
 ]
 DeviceOption = Annotated[
@@ -121,21 +168,54 @@ DeviceOption = Annotated[
         autocompletion=lambda incomplete: [
             d for d in ("auto", "cpu", "cuda", "mps") if d.startswith(incomplete)
         ],
+        rich_help_panel=SPEED,
     ),
 ]
-SourceOption = Annotated[Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
+SourceOption = Annotated[
+    Path, typer.Option(metavar="PATH", help="Source text, one sentence a line.", rich_help_panel=MODEL)
+]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.", rich_help_panel=OUTPUT)
+]
+PluginOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--plugin",
+        metavar="FILE",
+        help="A Python file of your own classes (an attention, ...) to import first (repeatable).",
+        rich_help_panel=MODEL,
+    ),
+]
+TrustPluginOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-plugin",
+        help="Run the plugin source a model recorded, where no --plugin file matches: "
+        "only for a model you trust.",
+        rich_help_panel=MODEL,
+    ),
+]
+
+
+def use_plugins(files: list[Path] | None, trust: bool = False) -> None:
+    """--plugin and --trust-plugin: the files imported now, before any config or model is read
+    (`nmt.plugins`)."""
+    from nmt.plugins import load_files
+    from nmt.plugins import trust as trusting
+
+    trusting(trust)
+    load_files(files or [])
 
 
 def model_option(help: str, metavar: str = "PATH") -> typer.models.OptionInfo:
     """The one spelling of the model option across commands: -m / --model PATH (repeatable
     where the parameter is a list); every command loads it through `nmt.checkpoint.load_model`."""
-    return typer.Option("--model", "-m", metavar=metavar, help=help)
+    return typer.Option("--model", "-m", metavar=metavar, help=help, rich_help_panel=MODEL)
 
 
 def output_option(help: str) -> typer.models.OptionInfo:
     """The one spelling of an output option across commands: -o / --output PATH."""
-    return typer.Option("--output", "-o", metavar="PATH", help=help)
+    return typer.Option("--output", "-o", metavar="PATH", help=help, rich_help_panel=OUTPUT)
 
 
 def user_errors(command):

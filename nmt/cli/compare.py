@@ -7,7 +7,16 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, OptionalConfigOption, SetOption, app, output_option, user_errors
+from nmt.cli.app import (
+    DeviceOption,
+    OptionalConfigOption,
+    PluginOption,
+    SetOption,
+    app,
+    output_option,
+    use_plugins,
+    user_errors,
+)
 
 OutputOption = Annotated[
     Path, output_option("Folder of results.json, report.md, its figures and the translations (hyps/).")
@@ -107,11 +116,13 @@ def compare(
     bootstrap: BootstrapOption = 1000,
     device: DeviceOption = "auto",
     report_only: ReportOnlyOption = False,
+    plugin: PluginOption = None,
 ) -> None:
     """Train variants of one config under one budget and several seeds, then compare them fairly
     (nmt compare -c base.yaml --vary model.attention.type=dot,general --seeds 1,2,3 --budget 20m -o cmp)."""
     from nmt.compare.command import CompareOptions, run_compare
 
+    use_plugins(plugin)
     options = CompareOptions(
         config=config,
         output=output,
@@ -133,5 +144,6 @@ def compare(
         bootstrap=bootstrap,
         device=device,
         report_only=report_only,
+        plugins=tuple(plugin or ()),
     )
     run_compare(options, typer.echo)

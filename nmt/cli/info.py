@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import app, builtin_config_names, user_errors
+from nmt.cli.app import PluginOption, app, builtin_config_names, user_errors
 from nmt.version import VERSION
 
 
@@ -36,13 +36,14 @@ def configs(
             autocompletion=builtin_config_names,
         ),
     ] = None,
+    plugin: PluginOption = None,
 ) -> None:
     """List the built-in configs (not the `_*.yaml` bases they build on), or show one in full
-    (nmt configs --show toy-luong.yaml)."""
+    (nmt configs --show toy-luong.yaml), a plugin attention's options included."""
     from nmt.config import builtin_configs, describe_config, load_config
 
     if show is not None:
-        typer.echo(describe_config(load_config(show)), nl=False)
+        typer.echo(describe_config(load_config(show, plugins=plugin)), nl=False)
         return
     for path in builtin_configs():
         first = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, output_option, user_errors
+from nmt.cli.app import (
+    MODEL,
+    DeviceOption,
+    PluginOption,
+    TrustPluginOption,
+    app,
+    output_option,
+    use_plugins,
+    user_errors,
+)
 
 
 @app.command()
@@ -40,12 +49,20 @@ def release(
     device: DeviceOption = "cpu",
     shortlist: Annotated[
         Path | None,
-        typer.Option(metavar="PATH", help="A shortlist built for it (nmt shortlist), stored beside it."),
+        typer.Option(
+            metavar="PATH",
+            help="A shortlist built for it (nmt shortlist), stored beside it.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
 ) -> None:
-    """Write a release: weights, config, tokenizers, model card (nmt release runs/toy -o toy)."""
+    """Write a release: weights, config, tokenizers, model card and the plugins it needs
+    (nmt release runs/toy -o toy)."""
     from nmt.ship.release import release as write_release
 
+    use_plugins(plugin, trust_plugin)
     for line in write_release(source, output, fp16, test_src, test_ref, device, shortlist).lines():
         typer.echo(line)
 
@@ -57,9 +74,12 @@ def export(
         str, typer.Argument(metavar="RUN_OR_RELEASE", help="A run, checkpoint, release or hf://user/repo.")
     ],
     output: Annotated[Path, output_option("The export directory to create.")],
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
 ) -> None:
     """Export to ONNX for the torch-free decoder (nmt export runs/toy -o toy-onnx)."""
     from nmt.ship.export import export as export_onnx
 
+    use_plugins(plugin, trust_plugin)
     for line in export_onnx(source, output):
         typer.echo(line)

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli.app import OptionalConfigOption, QuietOption, SetOption, app, output_option, user_errors
+from nmt.cli.app import (
+    MODEL,
+    OptionalConfigOption,
+    PluginOption,
+    QuietOption,
+    SetOption,
+    TrustPluginOption,
+    app,
+    output_option,
+    use_plugins,
+    user_errors,
+)
 
 
 @app.command()
@@ -17,7 +28,8 @@ def train(
     set_: SetOption = None,
     output: Annotated[Path | None, output_option("Run directory (default runs/CONFIG).")] = None,
     resume: Annotated[
-        Path | None, typer.Option(metavar="RUN_DIR", help="Continue the run in this directory.")
+        Path | None,
+        typer.Option(metavar="RUN_DIR", help="Continue the run in this directory.", rich_help_panel=MODEL),
     ] = None,
     init_from: Annotated[
         Path | None,
@@ -25,8 +37,11 @@ def train(
             metavar="CHECKPOINT",
             help="Fine-tune: start from this checkpoint or run (weights, tokenizers); "
             "without --config, under its own config and --set.",
+            rich_help_panel=MODEL,
         ),
     ] = None,
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Train a model from a YAML config (nmt train -c toy-luong.yaml -o runs/toy), or fine-tune
@@ -36,7 +51,8 @@ def train(
     try:
         from nmt.train.run import train as run_training  # torch: start-up has begun
 
-        result = run_training(config, set_ or [], output, resume, quiet, init_from)
+        use_plugins(plugin, trust_plugin)
+        result = run_training(config, set_ or [], output, resume, quiet, init_from, plugin)
     except (Interrupted, KeyboardInterrupt) as stop:  # the latter while importing, before run_training
         stopped = stop if isinstance(stop, Interrupted) else Interrupted.starting(stop, resume)
         typer.echo(str(stopped), err=True)

@@ -8,12 +8,21 @@ from typing import Annotated, Literal
 import typer
 
 from nmt.cli.app import (
+    MODEL,
+    OUTPUT,
+    SAMPLING,
+    SEARCH,
+    SPEED,
+    STEERING,
     DeviceOption,
+    PluginOption,
     PrecisionOption,
     QuietOption,
+    TrustPluginOption,
     app,
     model_option,
     output_option,
+    use_plugins,
     user_errors,
 )
 
@@ -22,12 +31,15 @@ ModelsOption = Annotated[
     model_option("Checkpoint, run or release directory, or hf://user/repo; repeat to ensemble."),
 ]
 InputOption = Annotated[
-    Path | None, typer.Option("--input", "-i", metavar="PATH", help="Text file (default stdin).")
+    Path | None,
+    typer.Option("--input", "-i", metavar="PATH", help="Text file (default stdin).", rich_help_panel=MODEL),
 ]
 OutputOption = Annotated[Path | None, output_option("Text file (default stdout).")]
 BeamOption = Annotated[
     int | None,
-    typer.Option(min=1, metavar="INT", help="Beam size (1 = greedy; default from the config)."),
+    typer.Option(
+        min=1, metavar="INT", help="Beam size (1 = greedy; default from the config).", rich_help_panel=SEARCH
+    ),
 ]
 BatchSizeOption = Annotated[
     int | None,
@@ -36,108 +48,188 @@ BatchSizeOption = Annotated[
         metavar="INT",
         help="Sentences (or tokens) per batch. On a GPU count sentences (fixed rows need them); "
         "a wide batch, 256, costs a step little more than 64 there.",
+        rich_help_panel=SPEED,
     ),
 ]
 BatchTypeOption = Annotated[
-    Literal["sentences", "tokens"] | None, typer.Option(help="What --batch-size counts.")
+    Literal["sentences", "tokens"] | None,
+    typer.Option(help="What --batch-size counts.", rich_help_panel=SPEED),
 ]
 RowsOption = Annotated[
     Literal["auto", "fixed", "pooled"] | None,
-    typer.Option(help="fixed: read the device every 8 steps, CUDA graphs on a GPU (auto: on a GPU)."),
+    typer.Option(
+        help="fixed: read the device every 8 steps, CUDA graphs on a GPU (auto: on a GPU).",
+        rich_help_panel=SPEED,
+    ),
 ]
-AlphaOption = Annotated[float | None, typer.Option(min=0, metavar="FLOAT", help="Length penalty exponent.")]
+AlphaOption = Annotated[
+    float | None,
+    typer.Option(min=0, metavar="FLOAT", help="Length penalty exponent.", rich_help_panel=SEARCH),
+]
 LengthPenaltyOption = Annotated[
-    Literal["none", "avg", "gnmt"] | None, typer.Option(help="Length penalty formula.")
+    Literal["none", "avg", "gnmt"] | None,
+    typer.Option(help="Length penalty formula.", rich_help_panel=SEARCH),
 ]
 CoverageOption = Annotated[
-    float | None, typer.Option(min=0, metavar="FLOAT", help="GNMT coverage penalty beta.")
+    float | None,
+    typer.Option(min=0, metavar="FLOAT", help="GNMT coverage penalty beta.", rich_help_panel=SEARCH),
 ]
 MinLenOption = Annotated[
-    int | None, typer.Option(min=0, metavar="INT", help="No EOS before this many tokens.")
+    int | None,
+    typer.Option(min=0, metavar="INT", help="No EOS before this many tokens.", rich_help_panel=SEARCH),
 ]
-MaxLenOption = Annotated[int | None, typer.Option(min=1, metavar="INT", help="Cap on output tokens.")]
+MaxLenOption = Annotated[
+    int | None, typer.Option(min=1, metavar="INT", help="Cap on output tokens.", rich_help_panel=SEARCH)
+]
 MaxLenRatioOption = Annotated[
     float | None,
-    typer.Option(min=0, metavar="FLOAT", help="And at most this x source length + --max-len-add."),
+    typer.Option(
+        min=0,
+        metavar="FLOAT",
+        help="And at most this x source length + --max-len-add.",
+        rich_help_panel=SEARCH,
+    ),
 ]
-MaxLenAddOption = Annotated[int | None, typer.Option(min=0, metavar="INT", help="See --max-len-ratio.")]
+MaxLenAddOption = Annotated[
+    int | None, typer.Option(min=0, metavar="INT", help="See --max-len-ratio.", rich_help_panel=SEARCH)
+]
 NoRepeatNgramOption = Annotated[
-    int | None, typer.Option(min=0, metavar="INT", help="Never repeat an n-gram this long.")
+    int | None,
+    typer.Option(min=0, metavar="INT", help="Never repeat an n-gram this long.", rich_help_panel=SEARCH),
 ]
-NoUnkOption = Annotated[bool, typer.Option("--no-unk", help="Never output the unknown token.")]
+NoUnkOption = Annotated[
+    bool, typer.Option("--no-unk", help="Never output the unknown token.", rich_help_panel=SEARCH)
+]
 NbestOption = Annotated[
     int,
     typer.Option(
         min=1,
         metavar="INT",
         help="Print K hypotheses (with --sample: K samples) a sentence, as TSV: index, rank, score, text.",
+        rich_help_panel=OUTPUT,
     ),
 ]
 SampleOption = Annotated[
     bool | None,
-    typer.Option("--sample/--search", help="Draw each token from the model instead of searching."),
+    typer.Option(
+        "--sample/--search",
+        help="Draw each token from the model instead of searching.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 TemperatureOption = Annotated[
-    float | None, typer.Option(metavar="FLOAT", help="Sampling: divides the logits (< 1 sharper; 0.001-100).")
+    float | None,
+    typer.Option(
+        metavar="FLOAT",
+        help="Sampling: divides the logits (< 1 sharper; 0.001-100).",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 TopKOption = Annotated[
-    int | None, typer.Option(metavar="INT", help="Sampling: only from the K most probable tokens (0: all).")
+    int | None,
+    typer.Option(
+        metavar="INT",
+        help="Sampling: only from the K most probable tokens (0: all).",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 TopPOption = Annotated[
     float | None,
-    typer.Option(metavar="FLOAT", help="Sampling: only from the fewest tokens holding this probability."),
+    typer.Option(
+        metavar="FLOAT",
+        help="Sampling: only from the fewest tokens holding this probability.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 SeedOption = Annotated[
-    int | None, typer.Option(metavar="INT", help="Sampling: the same seed, text and K give the same samples.")
+    int | None,
+    typer.Option(
+        metavar="INT",
+        help="Sampling: the same seed, text and K give the same samples.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 ScoresOption = Annotated[
-    bool, typer.Option("--scores", help="Print each score before its translation, separated by a tab.")
+    bool,
+    typer.Option(
+        "--scores",
+        help="Print each score before its translation, separated by a tab.",
+        rich_help_panel=OUTPUT,
+    ),
 ]
 AttentionOption = Annotated[
-    Path | None, typer.Option(metavar="PATH", help="Write attention matrices here (JSONL).")
+    Path | None,
+    typer.Option(metavar="PATH", help="Write attention matrices here (JSONL).", rich_help_panel=OUTPUT),
 ]
 PlotAttentionOption = Annotated[
-    Path | None, typer.Option(metavar="DIR", help="Write attention heatmap PNGs into this folder.")
+    Path | None,
+    typer.Option(
+        metavar="DIR", help="Write attention heatmap PNGs into this folder.", rich_help_panel=OUTPUT
+    ),
 ]
-PlotFirstOption = Annotated[int, typer.Option(min=0, metavar="INT", help="How many sentences to plot.")]
+PlotFirstOption = Annotated[
+    int, typer.Option(min=0, metavar="INT", help="How many sentences to plot.", rich_help_panel=OUTPUT)
+]
 PiecesOption = Annotated[
-    bool, typer.Option("--pieces", help="Attention over subword pieces instead of words (export, plots).")
+    bool,
+    typer.Option(
+        "--pieces",
+        help="Attention over subword pieces instead of words (export, plots).",
+        rich_help_panel=OUTPUT,
+    ),
 ]
-DpiOption = Annotated[int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.")]
+DpiOption = Annotated[
+    int, typer.Option(min=10, metavar="INT", help="Resolution of the heatmap PNGs.", rich_help_panel=OUTPUT)
+]
 QuantizeOption = Annotated[
-    Literal["none", "int8"] | None, typer.Option(hidden=True, help="The old spelling of --precision int8.")
+    Literal["none", "int8"] | None,
+    typer.Option(hidden=True, help="The old spelling of --precision int8.", rich_help_panel=SPEED),
 ]
 PrefixesOption = Annotated[
     Path | None,
-    typer.Option(metavar="PATH", help="Target prefixes, one a line beside the input's ('' for none)."),
+    typer.Option(
+        metavar="PATH",
+        help="Target prefixes, one a line beside the input's ('' for none).",
+        rich_help_panel=STEERING,
+    ),
 ]
 ConstraintsOption = Annotated[
     Path | None,
     typer.Option(
         metavar="PATH",
         help='Lexical constraints, a JSON line per input line: {"constraints": [...], "avoid": [...]}.',
+        rich_help_panel=STEERING,
     ),
 ]
 MarkupOption = Annotated[
     bool,
     typer.Option(
-        "--markup", help="The input holds inline tags (<b>..</b>, <br/>, {0}): put them into the output."
+        "--markup",
+        help="The input holds inline tags (<b>..</b>, <br/>, {0}): put them into the output.",
+        rich_help_panel=STEERING,
     ),
 ]
 ShortlistOption = Annotated[
     Path | None,
-    typer.Option(metavar="PATH", help="A lexical shortlist (nmt shortlist): faster, outputs may change."),
+    typer.Option(
+        metavar="PATH",
+        help="A lexical shortlist (nmt shortlist): faster, outputs may change.",
+        rich_help_panel=SPEED,
+    ),
 ]
 InputFormatOption = Annotated[
     Literal["text", "jsonl", "tsv"],
     typer.Option(
         help='jsonl: {"text": ..., "constraints": [...], "avoid": [...]} a line; tsv: the text, then '
-        "a tab before each phrase to include."
+        "a tab before each phrase to include.",
+        rich_help_panel=STEERING,
     ),
 ]
 EngineOption = Annotated[
     Literal["torch", "onnx"],
-    typer.Option(help="torch, or onnxruntime with an nmt export directory as --model."),
+    typer.Option(
+        help="torch, or onnxruntime with an nmt export directory as --model.", rich_help_panel=SPEED
+    ),
 ]
 
 
@@ -181,6 +273,8 @@ def translate(
     markup: MarkupOption = False,
     shortlist: ShortlistOption = None,
     input_format: InputFormatOption = "text",
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Translate text with a trained model (nmt translate -m runs/toy -i in.txt -o out.txt)."""
@@ -189,6 +283,7 @@ def translate(
     from nmt.commands.translate import DecodeOptions, OutputOptions, Steering, run_translate
     from nmt.decode.translator import renamed_quantize
 
+    use_plugins(plugin, trust_plugin)
     given = locals()  # each option is the field of the same name of DecodeOptions or OutputOptions
     decode = DecodeOptions(**{f.name: given[f.name] for f in fields(DecodeOptions)})
     opts = OutputOptions(**{f.name: given[f.name] for f in fields(OutputOptions) if f.name in given})
@@ -206,7 +301,12 @@ def translate(
 def backtranslate(
     model: Annotated[Path, model_option("The reverse model: it translates the monolingual text.")],
     mono: Annotated[
-        Path, typer.Option(metavar="PATH", help="Monolingual text in the reverse model's source language.")
+        Path,
+        typer.Option(
+            metavar="PATH",
+            help="Monolingual text in the reverse model's source language.",
+            rich_help_panel=MODEL,
+        ),
     ],
     output: Annotated[Path, output_option("New folder for the synthetic corpus.")],
     parallel: Annotated[
@@ -229,6 +329,8 @@ def backtranslate(
     seed: SeedOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Back-translate monolingual text into a tagged synthetic corpus
@@ -236,6 +338,7 @@ def backtranslate(
     from nmt.commands.backtranslate import run_backtranslate
     from nmt.commands.translate import DecodeOptions
 
+    use_plugins(plugin, trust_plugin)
     decode = DecodeOptions(
         beam=beam,
         batch_size=batch_size,
@@ -267,9 +370,12 @@ def shortlist(
     max_lines: Annotated[
         int, typer.Option(min=1, metavar="INT", help="Read at most this many pairs (memory grows with them).")
     ] = 500_000,
+    plugin: PluginOption = None,
+    trust_plugin: TrustPluginOption = False,
 ) -> None:
     """Build a lexical shortlist for fast decoding, from parallel text
     (nmt shortlist -m runs/m30k --src train.de --tgt train.en -o runs/m30k/shortlist.npz)."""
     from nmt.commands.shortlist import run_shortlist
 
+    use_plugins(plugin, trust_plugin)
     typer.echo(run_shortlist(model, src, tgt, output, best, frequent, iterations, max_lines))

@@ -57,6 +57,7 @@ class CompareOptions:
     bootstrap: int = 1000  # resamples
     device: str = "auto"
     report_only: bool = False  # only redraw report.md and its figures from results.json
+    plugins: Sequence[Path] = ()  # --plugin files of every run (a plugin system beside built-ins)
 
 
 def run_compare(options: CompareOptions, say: Callable[[str], None]) -> dict:
@@ -78,7 +79,14 @@ def train_and_score(options: CompareOptions, say: Callable[[str], None]) -> dict
         raise NMTError("nmt compare needs the base config: -c FILE|NAME")
     runs_dir = options.runs or options.output / "runs"
     plan = make_plan(
-        options.config, options.sets, options.systems, options.vary, options.seeds, options.budget, runs_dir
+        options.config,
+        options.sets,
+        options.systems,
+        options.vary,
+        options.seeds,
+        options.budget,
+        runs_dir,
+        options.plugins,
     )
     baseline = check_baseline(plan, options.baseline)
     join, extra = parse_join(options.join), parse_extra(options.extra)
@@ -116,7 +124,7 @@ def command_line(options: CompareOptions) -> str:
     defaults = {f.name: f.default for f in fields(CompareOptions)}
     words = ["nmt", "compare", "-c", options.config, *(f"--set={s}" for s in options.sets)]
     words += [*(f"--system={s}" for s in options.systems), *(f"--vary={v}" for v in options.vary)]
-    words += [*(f"--extra={e}" for e in options.extra)]
+    words += [*(f"--extra={e}" for e in options.extra), *(f"--plugin={p}" for p in options.plugins)]
     for name in RESULT_OPTIONS:
         value = getattr(options, name)
         if value is not None and value != defaults[name]:

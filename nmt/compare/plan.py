@@ -51,6 +51,7 @@ class Plan:
     variants: tuple[Variant, ...]
     seeds: tuple[int, ...]
     runs_dir: Path  # where every run trains, in VARIANT/seedS
+    plugins: tuple[str, ...] = ()  # --plugin files, given to every run beside the config's own
 
     @property
     def runs(self) -> list[Run]:
@@ -59,7 +60,7 @@ class Plan:
         ]
 
     def run_config(self, run: Run) -> Config:
-        return load_config(self.config, run.overrides(self.common))
+        return load_config(self.config, run.overrides(self.common), [Path(p) for p in self.plugins])
 
 
 def parse_budget(text: str) -> tuple[str, ...]:
@@ -131,6 +132,7 @@ def plan(
     seeds: str,
     budget: str | None,
     runs_dir: Path,
+    plugins: Sequence[Path] = (),
 ) -> Plan:
     """The comparison's runs, every variant's config checked (unknown keys, bad values) up front;
     no `budget`: the config's own."""
@@ -153,6 +155,7 @@ def plan(
         variants,
         parse_seeds(seeds),
         Path(runs_dir),
+        tuple(str(Path(p).resolve()) for p in plugins),
     )
     for run in result.runs[:: len(result.seeds)]:  # each variant's first run
         try:

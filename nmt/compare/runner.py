@@ -47,7 +47,8 @@ def log_path(run: Run) -> Path:
 def train_command(plan: Plan, run: Run) -> list[str]:
     sets = [x for o in run.overrides(plan.common) for x in ("--set", o)]
     where = ["--resume", str(run.dir)] if (run.dir / CONFIG).is_file() else ["--output", str(run.dir)]
-    return [sys.executable, "-m", "nmt", "train", "--config", plan.config, *sets, *where, "--quiet"]
+    plugins = [x for p in plan.plugins for x in ("--plugin", p)]
+    return [sys.executable, "-m", "nmt", "train", "--config", plan.config, *sets, *plugins, *where, "--quiet"]
 
 
 def thread_env(threads: int) -> dict[str, str]:

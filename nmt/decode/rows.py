@@ -224,6 +224,7 @@ class FixedRows(Pool):
         self.steps = Steps(device)
         self.blocks: list[Sentence | Trail | None] = [None] * blocks  # per block: its sentence, or None
         self.memories: dict[int, Memory] = {}  # per source bucket: the memory buffers
+        self.attention_states: dict[int, Tensor] = {}  # and a stateful attention's state buffer
         self.bucket = 0
         self.shortlist: FixedVocabulary | None = None  # its buffers, made by the first search with one
         self.prefixes: Tensor | None = None  # (blocks, decode.max_len): each block's target prefix
@@ -338,6 +339,9 @@ class FixedRows(Pool):
             state.h.new_zeros(state.h.size(0), rows, state.h.size(2)),
             state.c.new_zeros(state.c.size(0), rows, state.c.size(2)),
             None if state.feed is None else state.feed.new_zeros(rows, state.feed.size(1)),
+            None
+            if state.attention is None
+            else state.attention.new_zeros(rows, 0, *state.attention.shape[2:]),
         )
 
     def rebucket(self, longest: int, template: Memory) -> None:
@@ -356,6 +360,20 @@ class FixedRows(Pool):
                 buffer[:, :kept] = old[:, :kept]
                 buffer[:, kept:] = 0
         self.mem, self.bucket = new, bucket
+        if self.state is not None and self.state.attention is not None:
+            self.rebucket_attention(bucket)
+
+    def rebucket_attention(self, bucket: int) -> None:
+        """A stateful attention's state moved into its buffer of `bucket` source positions (one
+        a bucket, as the memory's: a graph reads the buffers it was captured with)."""
+        old = self.state.attention
+        new = self.attention_states.get(bucket)
+        if new is None:
+            new = self.attention_states[bucket] = old.new_zeros(old.size(0), bucket, *old.shape[2:])
+        kept = min(bucket, old.size(1))
+        new[:, :kept] = old[:, :kept]
+        new[:, kept:] = 0
+        self.state = DecoderState(self.state.h, self.state.c, self.state.feed, new)
 
     def advance(self) -> None:
         """A window of steps, on the device only."""

@@ -70,6 +70,8 @@ class Translator(TextTranslator):
         device: str = "auto",
         precision: str | None = None,
         quantize: str | None = None,
+        plugins: Sequence[str | Path] = (),
+        trust_plugins: bool = False,
         **settings: object,
     ) -> Translator:
         """A translator for a checkpoint, a run directory (its best checkpoint), a release
@@ -78,7 +80,14 @@ class Translator(TextTranslator):
         cuda, cuda:N or mps. `precision`: auto (the default: bf16 where this CPU runs the
         model's products at least 1.5x as fast in it, else fp32), fp32, bf16 or int8
         (`nmt.model.precision`); `translator.precision.why` says what was chosen.
-        `quantize="int8"` is the old spelling of `precision="int8"`."""
+        `quantize="int8"` is the old spelling of `precision="int8"`. `plugins`: the files of
+        the classes a model of one's own attention needs (`nmt.plugins`); `trust_plugins`: run
+        the plugin sources the model recorded instead (only for a model you trust)."""
+        from nmt.plugins import load_files, trust
+
+        if trust_plugins:
+            trust()
+        load_files(plugins)
         paths = [path] if isinstance(path, str | Path) else list(path)
         precision, renamed = renamed_quantize(quantize, precision)
         if renamed:

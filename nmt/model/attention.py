@@ -5,15 +5,23 @@ one they hold:
 
 - `prepare(memory, mask) -> keys`: everything that depends only on the encoder annotations
   (U_a h_j, W_a h_j, ...), computed once per batch and shared by every step and every beam.
-- `forward(query, keys, memory, mask, positions) -> (context, weights)`: `query` holds T queries
-  per sentence, `(B, T, d)`: one decoder step (T = 1), all steps at once (Luong's parallel path)
-  or the K beams of a sentence; `mask` is True on real source positions; `positions` `(B, T)`
-  are the target positions the queries stand for (local-m centres its window there).
+- `forward(query, keys, memory, mask, positions, state) -> (context, weights)`: `query` holds T
+  queries per sentence, `(B, T, d)`: one decoder step (T = 1), all steps at once (Luong's
+  parallel path) or the K beams of a sentence; `mask` is True on real source positions;
+  `positions` `(B, T)` are the target positions the queries stand for (local-m centres its
+  window there).
 
 Scores are masked and soft-maxed in fp32, so padding gets exactly zero weight even under AMP,
 and a row with no real position gives zero weights instead of NaN.
 
-Adding an attention is one subclass here: `class Mine(Attention, name="mine")`.
+A stateful attention (location-aware, coverage: the attentions that read the previous step's
+weights or their running sum) defines `initial_state` and, unless its state is the previous
+weights, `next_state`; its `score` then takes the state too, `(B, T, S, ...)`, one per query.
+The decoder keeps the state with the rest of its own (`DecoderState.attention`), so the searches
+reorder it with the beams and carry it through their pools, and zeroes it at padded positions.
+
+Adding an attention is one subclass, here or in a plugin file of one's own (`nmt.plugins`):
+`class Mine(Attention, name="mine")`, with its settings in an `Options` dataclass.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from nmt.config import AttentionConfig
+from nmt.config import AttentionConfig, plugin_options
 from nmt.model.linear import Linear
 from nmt.registry import Registry
 
@@ -40,28 +48,57 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) * mask
 
 
-class Attention(Registry, nn.Module):
+class Attention(Registry, nn.Module, kind="attention"):
     """Base class: score every source position, masked softmax, weighted sum of the memory."""
+
+    Options: ClassVar[type | None] = None  # a plugin's own settings: a dataclass of `nmt.config.setting`s
 
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig):
         super().__init__()
         self.dropout = nn.Dropout(cfg.dropout)
+        # model.attention.options, as this class's `Options` (checked with the config)
+        self.options = self.Options and plugin_options(self.Options, cfg.options, "model.attention")
+
+    @property
+    def stateful(self) -> bool:
+        """Whether each step reads a state the previous steps left (`initial_state`)."""
+        return type(self).initial_state is not Attention.initial_state
+
+    def initial_state(self, memory: Tensor, mask: Tensor) -> Tensor | None:
+        """A stateful attention's state before the first step, (B, S, ...) (e.g. zeros: no
+        weight spent yet); None for a stateless one."""
+        return None
+
+    def next_state(self, state: Tensor, weights: Tensor) -> Tensor:
+        """The state (B, T, S, ...) after a step that gave `weights` (B, T, S): by default the
+        weights themselves, what location-aware attention reads."""
+        return weights
 
     def prepare(self, memory: Tensor, mask: Tensor) -> Tensor:
         return memory
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        """(B, T, d) queries x (B, S, ...) keys -> (B, T, S) unnormalised scores."""
+        """(B, T, d) queries x (B, S, ...) keys -> (B, T, S) unnormalised scores; a stateful
+        attention's takes the state (B, T, S, ...) third."""
         raise NotImplementedError
 
-    def weights(self, query: Tensor, keys: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
-        return masked_softmax(self.score(query, keys), mask[:, None, :])
+    def weights(
+        self, query: Tensor, keys: Tensor, mask: Tensor, positions: Tensor, state: Tensor | None = None
+    ) -> Tensor:
+        scores = self.score(query, keys) if state is None else self.score(query, keys, state)
+        return masked_softmax(scores, mask[:, None, :])
 
     def forward(
-        self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor, positions: Tensor
+        self,
+        query: Tensor,
+        keys: Tensor,
+        memory: Tensor,
+        mask: Tensor,
+        positions: Tensor,
+        state: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """query (B, T, d) -> context (B, T, M) and weights (B, T, S), in fp32."""
-        weights = self.weights(query, keys, mask, positions)
+        weights = self.weights(query, keys, mask, positions, state)
         context = torch.bmm(self.dropout(weights).to(memory.dtype), memory)
         return context, weights
 
@@ -73,7 +110,7 @@ class NoAttention(Attention, name="none"):
     only through its initial state (the bridge), while sharing every other line of code.
     """
 
-    def forward(self, query, keys, memory, mask, positions):
+    def forward(self, query, keys, memory, mask, positions, state=None):
         B, T, _ = query.shape
         return memory.new_zeros(B, T, memory.size(-1)), query.new_zeros(B, T, memory.size(1)).float()
 
@@ -153,7 +190,7 @@ class LocalAttention(GeneralAttention):
         """p_t for every query: (B, T) floats."""
         raise NotImplementedError
 
-    def weights(self, query, keys, mask, positions):
+    def weights(self, query, keys, mask, positions, state=None):
         src_len = mask.sum(-1, keepdim=True)  # (B, 1) the true length S of each source
         p = self.centre(query, src_len, positions)  # (B, T)
         s = torch.arange(mask.size(1), device=mask.device)  # (S,)
@@ -216,7 +253,7 @@ class MultiHeadAttention(Attention, name="multihead"):
         B, L, _ = x.shape
         return x.view(B, L, self.heads, -1).transpose(1, 2)  # (B, H, L, d_h)
 
-    def forward(self, query, keys, memory, mask, positions):
+    def forward(self, query, keys, memory, mask, positions, state=None):
         B, T, _ = query.shape
         k, v = (self._split(x) for x in keys.chunk(2, dim=-1))
         q = self._split(self.W_q(query))  # (B, H, T, d_h)

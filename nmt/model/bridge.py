@@ -9,7 +9,7 @@ from nmt.model.linear import Linear
 from nmt.registry import Registry
 
 
-class Bridge(Registry, nn.Module):
+class Bridge(Registry, nn.Module, kind="bridge"):
     """Maps final encoder states h, c, each (L_enc, 2, B, H), to (L_dec, B, D) each."""
 
     def __init__(self, enc_hidden: int, dec_hidden: int, dec_layers: int):

@@ -110,32 +110,51 @@ class Memory:
         return Memory(memory, mask, keys, self.beams, buffers)
 
 
+def fit(state: Tensor, length: int) -> Tensor:
+    """An attention state (R, S, ...) cut or zero-padded to `length` source positions: it is zero
+    beyond each sentence's source, so neither loses anything (pools change their memory's length
+    as sentences leave and join)."""
+    S = state.size(1)
+    if length == S:
+        return state
+    if length < S:
+        return state[:, :length]
+    return torch.cat([state, state.new_zeros(state.size(0), length - S, *state.shape[2:])], 1)
+
+
 @dataclass
 class DecoderState:
     h: Tensor  # (L, B, D)
     c: Tensor  # (L, B, D)
     feed: Tensor | None = None  # (B, D) h~_{t-1}, Luong input feeding only
+    attention: Tensor | None = None  # (B, S, ...) a stateful attention's state (`Attention.initial_state`)
 
     def last(self, rows: int) -> DecoderState:
         """The last `rows` rows, as views."""
-        feed = None if self.feed is None else self.feed[-rows:]
-        return DecoderState(self.h[:, -rows:], self.c[:, -rows:], feed)
+        feed, att = (None if t is None else t[-rows:] for t in (self.feed, self.attention))
+        return DecoderState(self.h[:, -rows:], self.c[:, -rows:], feed, att)
 
     def select(self, index: Tensor) -> DecoderState:
         """Reorder (or expand) the batch by `index`: beams follow their back-pointers."""
-        feed = None if self.feed is None else self.feed[index]
-        return DecoderState(self.h[:, index], self.c[:, index], feed)
+        feed, att = (None if t is None else t[index] for t in (self.feed, self.attention))
+        return DecoderState(self.h[:, index], self.c[:, index], feed, att)
 
     def join(self, other: DecoderState) -> DecoderState:
         """This batch's rows, then `other`'s."""
         feed = None if self.feed is None else torch.cat([self.feed, other.feed])
-        return DecoderState(torch.cat([self.h, other.h], 1), torch.cat([self.c, other.c], 1), feed)
+        att = None
+        if self.attention is not None:
+            length = max(self.attention.size(1), other.attention.size(1))
+            att = torch.cat([fit(self.attention, length), fit(other.attention, length)])
+        return DecoderState(torch.cat([self.h, other.h], 1), torch.cat([self.c, other.c], 1), feed, att)
 
     def put(self, index: Tensor, other: DecoderState) -> None:
         """In place: rows `index` take `other`'s rows (a fixed pool's new sentences)."""
         self.h[:, index], self.c[:, index] = other.h, other.c
         if self.feed is not None:
             self.feed[index] = other.feed
+        if self.attention is not None:
+            self.attention[index] = fit(other.attention, self.attention.size(1))
 
     def copy_(self, other: DecoderState) -> None:
         """In place: every row takes `other`'s (a fixed pool keeps its state in one place)."""
@@ -143,6 +162,20 @@ class DecoderState:
         self.c.copy_(other.c)
         if self.feed is not None:
             self.feed.copy_(other.feed)
+        if self.attention is not None:
+            self.attention.copy_(fit(other.attention, self.attention.size(1)))
+
+    def fitted(self, length: int) -> DecoderState:
+        """The same state, its attention's state fit to `length` source positions."""
+        att = None if self.attention is None else fit(self.attention, length)
+        return DecoderState(self.h, self.c, self.feed, att)
+
+
+def _zero_padding(state: Tensor, mask: Tensor, at: int = 1) -> Tensor:
+    """A stateful attention's state, its source positions on axis `at` ((B, S, ...) or
+    (B, K, S, ...)), with zeros where `mask` (B, S) is False."""
+    shape = [mask.size(0)] + [1] * (at - 1) + [mask.size(1)] + [1] * (state.dim() - at - 1)
+    return state.masked_fill(~mask.view(shape), 0)
 
 
 def _live_rows(tgt_in: Tensor) -> list[int]:
@@ -161,7 +194,7 @@ def _live_rows(tgt_in: Tensor) -> list[int]:
     return (lengths[None] > torch.arange(T)[:, None]).sum(1).tolist()  # the longest row: every step
 
 
-class Decoder(Registry, nn.Module):
+class Decoder(Registry, nn.Module, kind="decoder"):
     def __init__(self, vocab_size: int, memory_dim: int, cfg: ModelConfig):
         super().__init__()
         dec = cfg.decoder
@@ -204,29 +237,51 @@ class Decoder(Registry, nn.Module):
             layer_input = h if layer == self.layers - 1 else F.dropout(h, self.rnn.dropout, self.training)
         return layer_input[:, None], (torch.stack(hs), torch.stack(cs))
 
-    def init_state(self, h0: Tensor, c0: Tensor) -> DecoderState:
-        return DecoderState(h0, c0)
+    def init_state(self, h0: Tensor, c0: Tensor, mem: Memory) -> DecoderState:
+        """The first state: (h0, c0) from the bridge, and a stateful attention's first state of
+        `mem`'s sources (zero at their padding)."""
+        att = self.attention.initial_state(mem.memory, mem.mask)
+        return DecoderState(
+            h0, c0, self.first_feed(h0), None if att is None else _zero_padding(att, mem.mask)
+        )
+
+    def first_feed(self, h0: Tensor) -> Tensor | None:
+        """Input feeding's h~_0 (`LuongDecoder`), None for a decoder without it."""
+        return None
 
     def prepare(self, memory: Tensor, mask: Tensor) -> Memory:
         """The encoder's annotations (B, S, M) and mask (B, S), with what the attention
         precomputes from them once per batch."""
         return Memory(memory, mask, self.attention.prepare(memory, mask))
 
-    def attend(self, query: Tensor, mem: Memory, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """query (R, k, d) at target `positions` (R, k) -> context (R, k, M), weights (R, k, S),
-        where R = B * mem.beams.
+    def attend(
+        self, query: Tensor, mem: Memory, positions: Tensor, state: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """query (R, k, d) at target `positions` (R, k) -> context (R, k, M), weights (R, k, S)
+        and a stateful attention's next state (R, S, ...) from `state` (k is 1 then), where
+        R = B * mem.beams.
 
         Under beam search a sentence's K beams attend as K query positions over its one memory,
         so neither the memory nor its keys are copied K times (docs/notes/performance-history.md §8).
         """
-        if mem.beams == 1:
-            return self.attention(query, mem.keys, mem.memory, mem.mask, positions)
-        R, k = query.shape[:2]
-        B = R // mem.beams
-        context, weights = self.attention(
-            query.reshape(B, mem.beams * k, -1), mem.keys, mem.memory, mem.mask, positions.reshape(B, -1)
-        )
-        return context.reshape(R, k, -1), weights.reshape(R, k, -1)
+        K = mem.beams
+        if state is not None:  # (R, S, ...) -> one per query, (B, K, S, ...) (k is 1)
+            state = fit(state, mem.mask.size(1))
+            state = state.unsqueeze(1) if K == 1 else state.unflatten(0, (-1, K))
+        if K == 1:
+            context, weights = self.attention(query, mem.keys, mem.memory, mem.mask, positions, state)
+            shaped = weights
+        else:
+            R, k = query.shape[:2]
+            B = R // K
+            context, shaped = self.attention(
+                query.reshape(B, K * k, -1), mem.keys, mem.memory, mem.mask, positions.reshape(B, -1), state
+            )
+            context, weights = context.reshape(R, k, -1), shaped.reshape(R, k, -1)
+        if state is not None:
+            state = _zero_padding(self.attention.next_state(state, shaped), mem.mask, 2)
+            state = state.squeeze(1) if K == 1 else state.flatten(0, 1)
+        return context, weights, state
 
     parallel = False  # True when the recurrence does not read the attention (whole-target path)
 
@@ -295,16 +350,15 @@ class LuongDecoder(Decoder, name="luong"):
     def __init__(self, vocab_size, memory_dim, cfg):
         self.input_feeding = cfg.decoder.input_feeding
         super().__init__(vocab_size, memory_dim, cfg)
-        self.parallel = not self.input_feeding
+        self.parallel = not (self.input_feeding or self.attention.stateful)
         self.W_c = Linear(memory_dim + cfg.decoder.hidden, cfg.decoder.hidden, bias=False)
         self.output_layer = OutputLayer(cfg.decoder.hidden, vocab_size, cfg.dropout)  # eq. 6: W_s h~_t
 
     def rnn_input_size(self, cfg, memory_dim):
         return cfg.embedding + (cfg.decoder.hidden if cfg.decoder.input_feeding else 0)
 
-    def init_state(self, h0, c0):
-        feed = h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
-        return DecoderState(h0, c0, feed)
+    def first_feed(self, h0):
+        return h0.new_zeros(h0.size(1), self.hidden) if self.input_feeding else None
 
     def recur(self, y_prev, state, mem, positions, y=None):
         x = self.embedded(y_prev) if y is None else y  # (B, k, E)
@@ -312,10 +366,10 @@ class LuongDecoder(Decoder, name="luong"):
             assert y_prev.size(1) == 1, "input feeding makes every step depend on the last"
             x = torch.cat([x, state.feed[:, None]], dim=-1)
         h, (h_n, c_n) = self.run_rnn(x, state)  # (B, k, D): the RNN step comes first
-        context, weights = self.attend(h, mem, positions)  # attend with h_t
+        context, weights, att = self.attend(h, mem, positions, state.attention)  # attend with h_t
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # eq. 5
         feed = h_tilde[:, -1] if self.input_feeding else None
-        return h_tilde, DecoderState(h_n, c_n, feed), weights
+        return h_tilde, DecoderState(h_n, c_n, feed, att), weights
 
 
 class BahdanauDecoder(Decoder, name="bahdanau"):
@@ -335,9 +389,9 @@ class BahdanauDecoder(Decoder, name="bahdanau"):
         assert y_prev.size(1) == 1, "every Bahdanau step attends with the state before it"
         y = self.embedded(y_prev) if y is None else y  # (B, 1, E)
         s_prev = state.h[-1]  # (B, D): s_{t-1}, the top layer
-        context, weights = self.attend(s_prev[:, None], mem, positions)
+        context, weights, att = self.attend(s_prev[:, None], mem, positions, state.attention)
         s, (h_n, c_n) = self.run_rnn(torch.cat([y, context], dim=-1), state)
         t_out = self.W_o(torch.cat([s, context, y], dim=-1))  # (B, 1, P or 2P)
         if self.maxout:  # App. A.2.2: t_i = max(t~_{i,2j-1}, t~_{i,2j})
             t_out = t_out.unflatten(-1, (-1, 2)).amax(-1)
-        return t_out, DecoderState(h_n, c_n), weights
+        return t_out, DecoderState(h_n, c_n, None, att), weights

@@ -32,7 +32,8 @@ class Seq2Seq(nn.Module):
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
         """src (B, S) -> the memory every decoder step reads, and the decoder's first state."""
         memory, mask, h0, c0 = self.annotate(src, src_len)
-        return self.decoder.prepare(memory, mask), self.decoder.init_state(h0, c0)
+        mem = self.decoder.prepare(memory, mask)
+        return mem, self.decoder.init_state(h0, c0, mem)
 
     def annotate(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """src (B, S) -> annotations (B, S, M), their mask (B, S) and the decoder's first (h, c),

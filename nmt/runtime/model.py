@@ -20,7 +20,9 @@ from nmt.jsonvalues import read_json
 from nmt.vocab import EOS
 
 ENCODER, STEP, CONFIG = "encoder.onnx", "decoder_step.onnx", "config.json"
-EXPORT_FORMAT = 2  # 2: the export id in both graphs and config.json, and its files' sha256
+# 2: the export id in both graphs and config.json, and its files' sha256; 3: a stateful
+# attention's state in and out of both graphs (older exports have none)
+EXPORT_FORMAT = 3
 EXPORT_ID = "nmt.export_id"  # the key of the export id in both graphs' metadata
 FIELDS = {"format": str, "format_version": int, "max_len": int, "normalize": str, "decode": dict}
 AGAIN = "export the model again (nmt export)"
@@ -28,7 +30,8 @@ AGAIN = "export the model again (nmt export)"
 
 @dataclass
 class State:
-    """R decoder rows: the LSTM state (L, R, D) twice, h~_{t-1} (R, D or 0), and each row's memory."""
+    """R decoder rows: the LSTM state (L, R, D) twice, h~_{t-1} (R, D or 0), each row's memory,
+    and a stateful attention's state (R, S, ... or R, 0)."""
 
     h: np.ndarray
     c: np.ndarray
@@ -36,6 +39,7 @@ class State:
     memory: np.ndarray  # (R, S, M)
     mask: np.ndarray  # (R, S) True on real source positions
     keys: np.ndarray  # (R, S, ...)
+    attention: np.ndarray
 
     def select(self, rows: np.ndarray) -> State:
         """Keep, reorder or repeat rows (beams follow their back-pointers)."""
@@ -46,6 +50,7 @@ class State:
             self.memory[rows],
             self.mask[rows],
             self.keys[rows],
+            self.attention[rows],
         )
 
 
@@ -137,8 +142,8 @@ class OnnxModel:
 
     def encode(self, src: np.ndarray, src_len: np.ndarray) -> State:
         """src (B, S) int64 padded with PAD, src_len (B,) -> the first state of B rows."""
-        memory, mask, keys, h, c, feed = self.encoder.run(None, {"src": src, "src_len": src_len})
-        return State(h, c, feed, memory, mask, keys)
+        memory, mask, keys, h, c, feed, *attention = self.encoder.run(None, {"src": src, "src_len": src_len})
+        return State(h, c, feed, memory, mask, keys, *(attention or [feed[:, :0]]))  # format 2: none
 
     def step(self, y: np.ndarray, state: State, t: int) -> tuple[np.ndarray, State, np.ndarray]:
         """y (R,) at target position t -> log-probabilities (R, V), the next state, weights (R, S)."""
@@ -151,7 +156,9 @@ class OnnxModel:
             "mask": state.mask,
             "keys": state.keys,
             "positions": np.full_like(y, t),
+            "attention": state.attention,
         }
         inputs = {name: value for name, value in inputs.items() if name in self.step_inputs}
-        log_probs, h, c, feed, weights = self.decoder.run(None, inputs)
-        return log_probs, State(h, c, feed, state.memory, state.mask, state.keys), weights
+        log_probs, h, c, feed, weights, *attention = self.decoder.run(None, inputs)
+        attention = attention[0] if attention else state.attention
+        return log_probs, State(h, c, feed, state.memory, state.mask, state.keys, attention), weights

@@ -2,12 +2,14 @@
 with them):
 
 - `encoder.onnx`: src (B, S) int64, src_len (B,) int64 -> the memory every step reads
-  (`memory`, `mask`, `keys`) and the decoder's first state (`h`, `c`, `feed`);
+  (`memory`, `mask`, `keys`) and the decoder's first state (`h`, `c`, `feed`, `attention`);
 - `decoder_step.onnx`: one target position for R rows, state in, state out: y, h, c, feed,
-  memory, mask, keys, positions -> log_probs (R, V), h, c, feed, weights (R, S).
+  memory, mask, keys, positions, attention -> log_probs (R, V), h, c, feed, weights (R, S),
+  attention.
 
 `feed` (Luong input feeding's h~_{t-1}) is a zero-width (R, 0) array for the other decoders,
-so every model has the same graph signature. The graphs come from the model's own modules
+and `attention` (a stateful attention's state, (R, S, ...)) for a stateless attention, so every
+model has the same graph signature. The graphs come from the model's own modules
 through the TorchScript exporter, with two export-friendly equivalents: the encoder runs its
 stacked layers one bidirectional layer at a time (the exporter mis-wires a multi-layer
 bidirectional LSTM), and the decoder steps with `lstm_cell` in plain matrix products. After
@@ -43,9 +45,10 @@ from nmt.vocab import EOS, PAD
 
 OPSET = 17
 TOLERANCE = 1e-4  # max |torch - onnxruntime| / (1 + |onnxruntime|) over every output on the check batch
-ENCODER_INPUTS, ENCODER_OUTPUTS = ["src", "src_len"], ["memory", "mask", "keys", "h", "c", "feed"]
-STEP_INPUTS = ["y", "h", "c", "feed", "memory", "mask", "keys", "positions"]
-STEP_OUTPUTS = ["log_probs", "h_out", "c_out", "feed_out", "weights"]
+ENCODER_INPUTS = ["src", "src_len"]
+ENCODER_OUTPUTS = ["memory", "mask", "keys", "h", "c", "feed", "attention"]
+STEP_INPUTS = ["y", "h", "c", "feed", "memory", "mask", "keys", "positions", "attention"]
+STEP_OUTPUTS = ["log_probs", "h_out", "c_out", "feed_out", "weights", "attention_out"]
 # the axes of every input and output that vary from call to call: rows (sentences, or beams) and
 # source positions; h and c are (layers, rows, H)
 _ROWS, _SOURCE, _LAYERED = {0: "rows"}, {0: "rows", 1: "source_length"}, {1: "rows"}
@@ -65,6 +68,8 @@ DYNAMIC_AXES = {
     "c_out": _LAYERED,
     "feed_out": _ROWS,
     "weights": _SOURCE,
+    "attention": _SOURCE,
+    "attention_out": _SOURCE,
 }
 
 
@@ -100,12 +105,13 @@ class ExportEncoder(nn.Module):
             cs.append(c)
         h, c = torch.stack(hs), torch.stack(cs)  # (L, 2, B, H)
         mem = self.model.decoder.prepare(x, src != PAD)
-        state = self.model.decoder.init_state(*self.model.bridge(h, c))
-        return mem.memory, mem.mask, mem.keys, state.h, state.c, _feed(state, src.size(0))
+        state = self.model.decoder.init_state(*self.model.bridge(h, c), mem)
+        return mem.memory, mem.mask, mem.keys, state.h, state.c, *_extra(state, src.size(0))
 
 
-def _feed(state: DecoderState, rows: int) -> Tensor:
-    return state.feed if state.feed is not None else state.h.new_zeros(rows, 0)
+def _extra(state: DecoderState, rows: int) -> tuple[Tensor, Tensor]:
+    """Input feeding's h~ and the attention's state, each (rows, 0) where the model has none."""
+    return tuple(t if t is not None else state.h.new_zeros(rows, 0) for t in (state.feed, state.attention))
 
 
 class ExportStep(nn.Module):
@@ -115,11 +121,13 @@ class ExportStep(nn.Module):
         super().__init__()
         self.model = model
         self.feeds = getattr(model.decoder, "input_feeding", False)
+        self.stateful = model.decoder.attention.stateful
 
-    def forward(self, y, h, c, feed, memory, mask, keys, positions):
-        state = DecoderState(h, c, feed if self.feeds else None)
+    def forward(self, y, h, c, feed, memory, mask, keys, positions, attention):
+        state = DecoderState(h, c, feed if self.feeds else None, attention if self.stateful else None)
         logits, state, weights = self.model.step(y, state, Memory(memory, mask, keys), positions)
-        return torch.log_softmax(logits.float(), -1), state.h, state.c, _feed(state, y.size(0)), weights
+        feed, attention = _extra(state, y.size(0))
+        return torch.log_softmax(logits.float(), -1), state.h, state.c, feed, weights, attention
 
 
 def check_batch(vocab: int, rows: int = 3, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -178,6 +186,7 @@ def export_graphs(model: Seq2Seq, vocab: int) -> tuple[bytes, bytes]:
         enc_out[5],
         *enc_out[:3],
         torch.zeros(R, dtype=torch.long),
+        enc_out[6],
     )
     enc_graph = _graph(encoder, (src, src_len), ENCODER_INPUTS, ENCODER_OUTPUTS)
     step_graph = _graph(step, step_args, STEP_INPUTS, STEP_OUTPUTS)
@@ -204,16 +213,16 @@ def check_graphs(model: Seq2Seq, vocab: int, enc_graph: bytes, step_graph: bytes
     with torch.no_grad():
         ours = encoder(src, src_len)
         worst = _gap(ours, enc_session.run(None, {"src": src.numpy(), "src_len": src_len.numpy()}))
-        memory, mask, keys, h, c, feed = ours
+        memory, mask, keys, h, c, feed, attention = ours
         y = torch.full((src.size(0),), 4, dtype=torch.long)
         for t in range(3):
-            args = (y, h, c, feed, memory, mask, keys, torch.full_like(y, t))
+            args = (y, h, c, feed, memory, mask, keys, torch.full_like(y, t), attention)
             ours = step(*args)
             read = {i.name for i in step_session.get_inputs()}
             feeds = {n: a.numpy() for n, a in zip(STEP_INPUTS, args, strict=True) if n in read}
             theirs = step_session.run(None, feeds)
             worst = max(worst, _gap(ours, theirs))
-            y, h, c, feed = ours[0].argmax(-1), *ours[1:4]
+            y, h, c, feed, attention = ours[0].argmax(-1), *ours[1:4], ours[5]
     return worst
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from nmt.checkpoint import (
+    PLUGINS,
     RELEASE_CONFIG,
     RELEASE_MANIFEST,
     RELEASE_WEIGHTS,
@@ -54,8 +55,9 @@ class ReleaseSummary:
         return out
 
 
-def release_config(cfg: Config) -> dict:
-    """The parts of a run's config that translating needs: no paths, no training settings."""
+def release_config(cfg: Config, plugin_files: list[str]) -> dict:
+    """The parts of a run's config that translating needs: no paths (but the release's own
+    plugin files), no training settings."""
     full = cfg.to_dict()
     data_keys = ("src_lang", "tgt_lang", "max_len", "normalize")
     return {
@@ -63,7 +65,18 @@ def release_config(cfg: Config) -> dict:
         "tokenizer": {k: full["tokenizer"][k] for k in ("type", "vocab_size", "joint")},
         "model": full["model"],
         "decode": full["decode"],
+        **({"plugins": plugin_files} if plugin_files else {}),
     }
+
+
+def write_plugins(directory: Path, records: list[dict[str, str]]) -> list[str]:
+    """The model's plugin sources as files of the release's `plugins/` folder; their names."""
+    names = []
+    for record in records:
+        name = f"{PLUGINS}/{record['name']}"
+        atomic_write(directory / name, lambda f, source=record["source"]: f.write(source.encode("utf-8")))
+        names.append(name)
+    return names
 
 
 def release_weights(loaded: LoadedModel, fp16: bool) -> bytes:
@@ -161,12 +174,15 @@ def release(
     with staged_directory(output) as tmp:
         weights = release_weights(loaded, fp16)
         atomic_write(tmp / RELEASE_WEIGHTS, lambda f: f.write(weights))
-        config = yaml.safe_dump(release_config(loaded.config), sort_keys=False, allow_unicode=True)
+        plugin_files = write_plugins(tmp, loaded.state.get("plugins") or [])
+        config = yaml.safe_dump(
+            release_config(loaded.config, plugin_files), sort_keys=False, allow_unicode=True
+        )
         atomic_write_text(tmp / RELEASE_CONFIG, config)
         if shortlist:
             atomic_copy(shortlist, tmp / SHORTLIST)
         stored = [SHORTLIST] if shortlist else []
-        write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp), *stored])
+        write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp), *stored, *plugin_files])
         files = test_files(loaded.config, test_src, test_ref)
         scores = score_release(tmp, files, device) if files else None  # loads it, manifest checked
         metrics = read_metrics(run_dir) if run_dir else []

@@ -20,6 +20,7 @@ from nmt.checkpoint import TRANSLATING, config_differences, model_weights, read_
 from nmt.config import Config, apply_override, config_from_dict
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
+from nmt.plugins import require
 from nmt.rundir import CHECKPOINTS
 
 # Keys a fine-tuning run may change: how the model is trained, not what it is.
@@ -33,7 +34,9 @@ MODEL_KEYS = ("model.", "tokenizer.", "data.src_lang", "data.tgt_lang", "data.no
 def checkpoint_config(path: str | Path, overrides: list[str]) -> Config:
     """The config a checkpoint was trained with, under `overrides` (`--set`): the config of a
     fine-tuning run given no `--config`."""
-    raw = read_checkpoint(Path(path), mmap=True, entries=("config",))["config"]
+    state = read_checkpoint(Path(path), mmap=True, entries=("config", "plugins"))
+    require(state.get("plugins"), str(resolve_checkpoint(Path(path))))
+    raw = state["config"]
     for item in overrides:
         apply_override(raw, item)
     return config_from_dict(raw, source=f"{resolve_checkpoint(Path(path))} (its config, with --set)")
@@ -71,6 +74,7 @@ def starting_point(cfg: Config) -> Start | None:
         return None
     path = resolve_checkpoint(Path(cfg.train.init_from))
     state = read_checkpoint(path, mmap=True, entries=TRANSLATING)
+    require(state.get("plugins"), str(path))
     for key, ours, checkpoint in config_differences(dataclasses.asdict(cfg), state["config"]):
         if key.startswith(MODEL_KEYS) and key not in TRAINING_KEYS:
             raise NMTError(

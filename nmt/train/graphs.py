@@ -77,7 +77,7 @@ class DecoderLoss(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """(summed objective, summed NLL) of the teacher-forced target, padding excluded."""
         mem = self.decoder.prepare(memory, mask)
-        pre_output, _ = self.decoder.features(tgt_in, self.decoder.init_state(h0, c0), mem)
+        pre_output, _ = self.decoder.features(tgt_in, self.decoder.init_state(h0, c0, mem), mem)
         target = tgt_out.flatten()
         return self.decoder.output_layer.loss(pre_output.flatten(0, 1), target, self.smoothing, target != PAD)
 

@@ -16,6 +16,7 @@ from typing import Any
 from nmt.checkpoint import read_checkpoint
 from nmt.config import load_config
 from nmt.errors import NMTError
+from nmt.plugins import require
 from nmt.rundir import CHECKPOINTS, CONFIG, LAST, RunLock, check_new_run_dir, prepare_run_dir, resume_config
 from nmt.train import distributed
 from nmt.train.finetune import checkpoint_config, finetuned_name
@@ -31,6 +32,7 @@ def train(
     resume: str | Path | None,
     quiet: bool,
     init_from: str | Path | None = None,
+    plugins: list[Path] | None = None,
 ) -> TrainResult:
     """`nmt train`: a new run in `out`, or the continuation of the run in `resume`. `overrides`
     are `--set` strings, or a {"section.key": value} dict (values as Python objects). `init_from`:
@@ -46,7 +48,7 @@ def train(
     made: list[RunLock] = []  # the new run's lock, once this process has made its folder
     try:
         with stop_requests(starting=True) as request:
-            return _train(config, overrides or [], out, resume, quiet, request, made, init_from)
+            return _train(config, overrides or [], out, resume, quiet, request, made, init_from, plugins)
     except KeyboardInterrupt as stop:  # start-up: from the first step the trainer says Interrupted
         for lock in made:
             lock.discard()
@@ -65,6 +67,7 @@ def _train(
     request: StopRequest,
     made: list[RunLock],
     init_from: str | Path | None,
+    plugins: list[Path] | None = None,
 ) -> TrainResult:
     """`train` under its start-up `request`: a stop a library swallowed is raised again at its
     checks, before the run folder is made and before training begins."""
@@ -75,7 +78,7 @@ def _train(
         if resume:
             trainer = _resumed(Path(resume), config, overrides, quiet, rank0, held)
         else:
-            trainer = _started(config, overrides, out, quiet, rank0, request, made, init_from)
+            trainer = _started(config, overrides, out, quiet, rank0, request, made, init_from, plugins)
         request.check()
         return trainer.train()
 
@@ -89,12 +92,17 @@ def _started(
     request: StopRequest,
     made: list[RunLock],
     init_from: str | Path | None,
+    plugins: list[Path] | None = None,
 ) -> Trainer:
     """A trainer for a new run: data and model are ready before the folder exists; its lock goes
     into `made`."""
     if config is None and init_from is None:
         raise NMTError("train: give --config FILE (or --resume RUN_DIR, or --init-from CHECKPOINT)")
-    cfg = load_config(config, overrides) if config is not None else checkpoint_config(init_from, overrides)
+    cfg = (
+        load_config(config, overrides, plugins)
+        if config is not None
+        else checkpoint_config(init_from, overrides)
+    )
     run_dir = (
         Path(out) if out else Path("runs") / (Path(config).stem if config else finetuned_name(init_from))
     )
@@ -121,6 +129,8 @@ def _resumed(
         held.callback(RunLock(run_dir).release)
     last = run_dir / CHECKPOINTS / LAST
     state = read_checkpoint(last) if last.is_file() else None
+    if state is not None:  # its plugins as it trained with them, before its config imports any
+        require(state.get("plugins"), str(last), own_files=True)
     cfg, changes = resume_config(
         run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"]
     )

@@ -2,16 +2,16 @@
 included), honest scores, an exact early stop, exact small searches."""
 
 import itertools
+import typing
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from nmt.allocator import FreePages
-from nmt.config import DecodeConfig, config_from_dict
+from nmt.config import AttentionType, DecodeConfig, config_from_dict
 from nmt.decode.ensemble import Ensemble
 from nmt.decode.search import search
-from nmt.model.attention import Attention
 from nmt.model.seq2seq import Seq2Seq
 from nmt.text.ranking import Source, coverage_penalty, length_penalty
 from nmt.vocab import BOS, EOS, PAD, UNK
@@ -281,7 +281,7 @@ def test_hypotheses_traced_back_at_the_end_are_those_scored_when_they_ended(pena
             )
 
 
-@pytest.mark.parametrize("attention", sorted(Attention.registry))
+@pytest.mark.parametrize("attention", sorted(typing.get_args(AttentionType)))
 def test_beams_sharing_one_memory_score_like_teacher_forcing(attention):
     # The K beams of a sentence read one copy of its memory (as K query positions, or repeated
     # for local-m); every hypothesis must still score and attend as the model does alone.

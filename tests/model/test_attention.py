@@ -1,6 +1,7 @@
 """Every attention against an explicit, loop-by-loop implementation of its paper's formula."""
 
 import math
+import typing
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from nmt.config import AttentionConfig, AttentionType
 from nmt.model.attention import Attention, masked_softmax
 
-TYPES = sorted(Attention.registry)
+TYPES = sorted(typing.get_args(AttentionType))  # the built-in ones (plugins register more)
 SCORED = [t for t in TYPES if t != "none"]
 B, S, T, D = 3, 7, 5, 8  # memory width M = D, so dot products are defined
 LENGTHS = [7, 4, 1]
@@ -86,7 +87,8 @@ def reference_weights(kind, att, query, memory, mask):
 
 
 def test_registry_matches_config_choices():
-    assert set(TYPES) == set(AttentionType.__args__)
+    builtin = {name for name, cls in Attention.registry.items() if cls.__module__ == "nmt.model.attention"}
+    assert builtin == set(TYPES)
 
 
 @pytest.mark.parametrize("kind", SCORED)
