@@ -16,6 +16,8 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,21 +119,46 @@ class MeasuredFile:
         contents = self.read()
         return contents.machines.get(machine, {}), contents.note
 
-    def save(self, machine: str, key: str, entry: Entry) -> None:
-        """Add `entry` (read again first: another process may have added its own), unless the
-        file is being ignored or cannot be written (no home, read-only, a full disk): the choice
-        then holds for this process alone."""
-        contents = self.read()
-        if not contents.writable:
-            return
-        contents.machines.setdefault(machine, {})[key] = entry
-        machines = contents.machines.items()
-        document = {m: {k: e.to_json() for k, e in entries.items()} for m, entries in machines}
+    def save(self, machine: str, key: str, entry: Entry) -> Entry:
+        """Add `entry` and return the entry the machine now has for `key`: the file's own where
+        another process measured it first (two trainings meeting a shape at once, or one that
+        started before another measured it), so every process of a machine computes with one
+        choice; `entry` where the file cannot be read or written (no home, read-only, a full
+        disk): the choice then holds for this process alone. The read and the write are one
+        step under a lock beside the file."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps(document, indent=1, sort_keys=True) + "\n")
+            with _locked(self.path):
+                contents = self.read()
+                held = contents.machines.get(machine, {}).get(key)
+                if held is not None or not contents.writable:
+                    return held or entry
+                contents.machines.setdefault(machine, {})[key] = entry
+                machines = contents.machines.items()
+                document = {m: {k: e.to_json() for k, e in entries.items()} for m, entries in machines}
+                atomic_write_text(self.path, json.dumps(document, indent=1, sort_keys=True) + "\n")
         except (OSError, NMTError, RuntimeError):
             pass
+        return entry
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path`'s lock file (`.name.lock` beside it) while inside; opened
+    without blocking or following a link, so a FIFO or a folder put there is an OSError."""
+    import fcntl
+
+    flags = (
+        os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    fd = os.open(path.with_name(f".{path.name}.lock"), flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: its lock is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class _IgnoredError(Exception):

@@ -86,8 +86,7 @@ def measured(shapes: list[tuple[int, int, int]]) -> tuple[dict[str, float], str]
         if key not in cached:
             timings = time_precisions(*shape)
             faster = "bf16" if timings["bf16"] * SPEED_UP <= timings["fp32"] else "fp32"
-            cached[key] = Entry(faster, timings)
-            CACHE.save(machine_key(), key, cached[key])
+            cached[key] = CACHE.save(machine_key(), key, Entry(faster, timings))
         for name in totals:
             totals[name] += cached[key].ms[name]
     return totals, note

@@ -114,13 +114,18 @@ class BackendChoices:
         return self.chosen[key]
 
     def _cached_or_measured(self, key: str, rows: int, out: int, inner: int) -> str:
+        """The machine's choice for `key`: cached when this process started, cached since by
+        another process (read again: a process that measured on its own where another already
+        had chose by its own timing, and two runs of one config then computed apart), else
+        measured here, unless another process's measurement was saved first."""
+        if key not in self.cached:
+            self.cached.update(CACHE.entries(machine_key())[0])
         if key in self.cached:
             return self.cached[key].choice
         if not self.measure:
             return DEFAULT
         timings = time_backends(rows_bucket(rows), out, inner)
-        self.cached[key] = Entry(faster(timings), timings)
-        CACHE.save(machine_key(), key, self.cached[key])
+        self.cached[key] = CACHE.save(machine_key(), key, Entry(faster(timings), timings))
         return self.cached[key].choice
 
 

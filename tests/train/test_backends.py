@@ -65,6 +65,26 @@ def test_a_shape_is_measured_once_and_cached_for_the_machine(monkeypatch):
     assert re.search(line, backends.choices_report())
 
 
+def test_processes_that_meet_a_shape_after_another_measured_it_take_its_choice(monkeypatch):
+    """Two trainings of a machine: one that started before the other measured a shape reads
+    the file again rather than measure on its own, and a measurement saved second gives way to
+    the first, so both compute with one backend (two runs of one config apart by rounding, one
+    of them the reference of an exact-resume test, was a CI failure)."""
+    first, second = BackendChoices(), BackendChoices()  # both started with an empty cache
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    assert first.choose(64, 200, 256) == "mkl"
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: pytest.fail("measured again"))
+    assert second.choose(64, 200, 256) == "mkl"
+
+    late = BackendChoices()
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 1.0, "mkl": 2.0})
+    monkeypatch.setattr(backends.CACHE, "entries", lambda machine: ({}, ""))  # measured at once
+    assert late.choose(64, 300, 256) == "onednn"
+    other = BackendChoices()
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    assert other.choose(64, 300, 256) == "onednn"  # saved second: the file's choice wins
+
+
 def test_a_real_measurement_times_both_backends_and_keeps_the_faster():
     choices = BackendChoices()
     choice = choices.choose(30, 64, 48)
@@ -187,6 +207,19 @@ def test_a_cache_that_is_not_a_small_regular_file_is_ignored_with_one_line_and_l
     after = os.lstat(path)
     assert (after.st_mode, after.st_ino, after.st_size) == (before.st_mode, before.st_ino, before.st_size)
     assert backends.choices_report() == note  # nmt env --bench says the same line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+def test_a_lock_file_that_is_not_a_regular_file_leaves_the_choice_to_this_process(
+    kind, tmp_path, monkeypatch
+):
+    lock = backends.cache_file().with_name(".backends.json.lock")
+    lock.parent.mkdir(parents=True)
+    make = {"fifo": os.mkfifo, "folder": os.mkdir, "link": lambda p: p.symlink_to(tmp_path / "elsewhere")}
+    make[kind](lock)
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    assert BackendChoices().choose(64, 8, 8) == "mkl"  # a FIFO without a reader would hang the write
+    assert not backends.cache_file().exists() and not (tmp_path / "elsewhere").exists()
 
 
 def test_an_unwritable_cache_leaves_the_choice_to_this_process(tmp_path, monkeypatch):
