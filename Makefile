@@ -11,7 +11,7 @@ BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format docs bench bench-serve bench-scale study clean
+.PHONY: install test demo lint format docs bench bench-serve bench-scale study study-plugins clean
 
 install: $(STAMP)
 
@@ -132,6 +132,21 @@ study: install
 	  --system 'general, no input feeding: $(GENERAL_NO_IF)' \
 	  --seeds 1 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
 	  --runs study-runs/joined-training -o docs/study/joined-training $(STUDY_ARGS)
+
+# "Your own attention" (docs/plugins.md reads docs/plugins/study/report.md): the two example
+# plugins, location-aware and coverage attention, against Luong general (the study's base, input
+# feeding on), the study's budget: 15 minutes of training each on one thread, two at a time,
+# three seeds, the test split joined 2-4 lines and the IWSLT 2014 sets for long sentences;
+# about 80 minutes on 2 CPU cores. STUDY_ARGS as for `make study`.
+PLUGINS    := --plugin docs/plugins/location.py --plugin docs/plugins/coverage.py
+study-plugins: install
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) $(PLUGINS) \
+	  --system 'general: model.attention.type=general' \
+	  --system 'location-aware: model.attention.type=location' \
+	  --system 'coverage: model.attention.type=coverage' \
+	  --baseline general --seeds 1,2,3 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
+	  --extra iwslt=$(IWSLT14)/valid --extra iwslt-test=$(IWSLT14)/test --heatmap 17 \
+	  --runs study-runs/plugins -o docs/plugins/study $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache study-runs

@@ -229,9 +229,9 @@ def config_differences(ours: dict, theirs: dict, prefix: str = "") -> Iterator[t
             yield f"{prefix}{key}", value, other
 
 
-def load_checkpoint(path: Path, device: torch.device | str = "cpu", own_files: bool = False) -> LoadedModel:
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers; the plugins it
-    needs imported as their user allows (`nmt.plugins.require`; `own_files`: a run's own)."""
+    needs imported as their user allows (`nmt.plugins.require`)."""
     path = resolve_checkpoint(path)
     # on the CPU: mapped to a GPU, all of it would be read; checksums checked last, when the
     # entries are known to make a model (a damaged one that does not says what is wrong)
@@ -239,7 +239,7 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu", own_files: b
     if not isinstance(state["config"], dict):
         raise NMTError(f"{path}: a damaged nmt checkpoint (its config is not a mapping)")
     verify(state, path, ("plugins",))  # before any of them may run
-    require(state.get("plugins"), str(path), own_files)
+    require(state.get("plugins"), str(path))
     cfg = config_from_dict(state["config"], source=f"{path} (its config)")
     try:
         tok = TokenizerPair.from_state(state["tokenizers"])

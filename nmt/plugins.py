@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.errors import NMTError
+from nmt.registry import forget
 
 TRUST_HINT = "--trust-plugin to run the source recorded in the model"
 MAX_BYTES = 1 << 20  # a plugin is a page of Python; a bigger file is not one
@@ -109,6 +110,7 @@ def _import(plugin: Plugin, label: str) -> Plugin:
         exec(compile(plugin.source, label, "exec"), module.__dict__)  # noqa: S102 (the user named it)
     except BaseException as e:
         del sys.modules[module.__name__]
+        forget(module.__name__)  # no class of a file that failed stays registered
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
         raise NMTError(f"plugin {label}: {_where(e, label)}") from None

@@ -44,3 +44,10 @@ class Registry:
 def names(kind: str) -> dict[str, type]:
     """The classes registered so far under a root of `kind` (empty until its module is imported)."""
     return _KINDS.get(kind, {})
+
+
+def forget(module: str) -> None:
+    """Unregister every class of `module` (a plugin whose import failed half way)."""
+    for registry in _KINDS.values():
+        for name in [name for name, cls in registry.items() if cls.__module__ == module]:
+            del registry[name]

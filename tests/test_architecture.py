@@ -16,7 +16,8 @@ PACKAGE = Path(nmt.__file__).parent
 # lower layer or from its own unit, never sideways within a layer nor up.
 CORE = [
     ["nmt.errors", "nmt.vocab", "nmt.words", "nmt.allocator", "nmt.version", "nmt.assets"],
-    ["nmt.registry", "nmt.plugins"],
+    ["nmt.registry"],
+    ["nmt.plugins"],
     ["nmt.fileio", "nmt.config", "nmt.device", "nmt.machine", "nmt.hub"],
     ["nmt.jsonvalues"],
     ["nmt.plots", "nmt.rundir", "nmt.measured"],

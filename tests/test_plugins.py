@@ -108,6 +108,20 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path, source, fragment
     bad.write_bytes(source if isinstance(source, bytes) else source.encode())
     line = fails_cleanly(["translate", "-m", tmp_path / "none", "--plugin", bad], str(bad))
     assert fragment in line
+
+
+def test_a_plugin_that_fails_half_way_leaves_none_of_its_classes_registered(tmp_path):
+    from nmt.model.attention import Attention
+
+    half = tmp_path / "half.py"
+    half.write_text(
+        "from nmt.model.attention import DotAttention\n"
+        "class Early(DotAttention, name='early'):\n    pass\n"
+        "raise ImportError('no such library')\n"
+    )
+    with pytest.raises(NMTError, match="line 4: ImportError: no such library"):
+        plugins.load_file(half)
+    assert "early" not in Attention.registry
     fails_cleanly(["translate", "-m", tmp_path / "none", "--plugin", tmp_path / "gone.py"], "not found")
 
 

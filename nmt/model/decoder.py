@@ -165,11 +165,6 @@ class DecoderState:
         if self.attention is not None:
             self.attention.copy_(fit(other.attention, self.attention.size(1)))
 
-    def fitted(self, length: int) -> DecoderState:
-        """The same state, its attention's state fit to `length` source positions."""
-        att = None if self.attention is None else fit(self.attention, length)
-        return DecoderState(self.h, self.c, self.feed, att)
-
 
 def _zero_padding(state: Tensor, mask: Tensor, at: int = 1) -> Tensor:
     """A stateful attention's state, its source positions on axis `at` ((B, S, ...) or

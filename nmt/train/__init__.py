@@ -28,14 +28,18 @@ class _CallablePackage(types.ModuleType):
         output: str | Path | None = None,
         resume: str | Path | None = None,
         quiet: bool = False,
+        plugins: list[str | Path] | None = None,
     ) -> TrainResult:
         """Train as `nmt train` does: `config` a YAML file or a built-in config's name,
         `overrides` {"section.key": value} (or "section.key=value" strings), `output` the run
-        directory (default runs/CONFIG), `resume` a run directory to continue. Progress bars use
-        `tqdm.auto`, so they render in Jupyter. Returns the `TrainResult` (run_dir, best, ...)."""
+        directory (default runs/CONFIG), `resume` a run directory to continue, `plugins` files
+        of your own classes (`--plugin`). Progress bars use `tqdm.auto`, so they render in
+        Jupyter. Returns the `TrainResult` (run_dir, best, ...)."""
+        from nmt.plugins import load_files
         from nmt.train.run import train
 
-        return train(config, overrides, output, resume, quiet)
+        load_files(plugins or [])
+        return train(config, overrides, output, resume, quiet, plugins=[Path(p) for p in plugins or []])
 
 
 sys.modules[__name__].__class__ = _CallablePackage
