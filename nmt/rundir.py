@@ -174,6 +174,7 @@ def resume_config(
     overrides: list[str],
     write: bool = True,
     checkpoint_config: dict | None = None,
+    plugins: list[Path] | None = None,
 ) -> tuple[Config, list[str]]:
     """The run's config for a resume, and the changes it makes (`key: old -> new`).
 
@@ -186,7 +187,7 @@ def resume_config(
     if not saved_path.is_file():
         raise NMTError(f"{run_dir}: nothing to resume (no {CONFIG}); start a run with -c CONFIG -o {run_dir}")
     saved = flatten(load_config(saved_path).to_dict())
-    wanted = load_config(config or saved_path, overrides)
+    wanted = load_config(config or saved_path, overrides, plugins)
     if checkpoint_config is None:
         before = saved
     else:  # built like any config, so an older checkpoint's missing keys read as their defaults

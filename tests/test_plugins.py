@@ -82,6 +82,26 @@ def test_a_config_names_its_plugin_relative_to_itself_and_checks_its_options(tmp
         assert fragment in str(caught.value)
 
 
+def test_a_run_started_with_plugin_resumes_with_the_same_plugin(tmp_path, toy_dir):
+    """`nmt compare` resumes its runs as it started them: --config and --plugin again."""
+    from nmt.rundir import CONFIG, resume_config
+
+    config = plugin_config(tmp_path, toy_dir, attention="coverage")
+    raw = yaml.safe_load(config.read_text())
+    raw.pop("plugins")
+    config.write_text(yaml.safe_dump(raw))
+    extra = [tmp_path / "mine" / "coverage.py"]
+    started = load_config(config, [], extra)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CONFIG).write_text(started.to_yaml())
+    for named in (config, None):
+        cfg, changes = resume_config(run, named, [], False, started.to_dict(), plugins=extra)
+        assert cfg.plugins == started.plugins and changes == []
+    with pytest.raises(NMTError, match="trained with other settings: plugins"):
+        resume_config(run, config, [], False, started.to_dict())
+
+
 def test_configs_show_prints_a_plugin_s_options_with_their_descriptions(tmp_path, toy_dir):
     result = runner.invoke(app, ["configs", "--show", str(plugin_config(tmp_path, toy_dir, width=3))])
     assert result.exit_code == 0, result.output

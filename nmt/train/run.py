@@ -76,7 +76,7 @@ def _train(
     with contextlib.ExitStack() as held:  # left in reverse: a resumed run's lock, then the processes
         held.callback(distributed.shutdown)
         if resume:
-            trainer = _resumed(Path(resume), config, overrides, quiet, rank0, held)
+            trainer = _resumed(Path(resume), config, overrides, quiet, rank0, held, plugins)
         else:
             trainer = _started(config, overrides, out, quiet, rank0, request, made, init_from, plugins)
         request.check()
@@ -122,9 +122,11 @@ def _resumed(
     quiet: bool,
     rank0: bool,
     held: contextlib.ExitStack,
+    plugins: list[Path] | None = None,
 ) -> Trainer:
     """A trainer that continues the run in `run_dir` from its last.pt (or starts it afresh when
-    it was killed before its first checkpoint), with the budgets and reporting `overrides` allow."""
+    it was killed before its first checkpoint), with the budgets and reporting `overrides` allow;
+    `plugins` (--plugin) as the run was started with them, so a run started that way resumes."""
     if rank0 and (run_dir / CONFIG).is_file():
         held.callback(RunLock(run_dir).release)
     last = run_dir / CHECKPOINTS / LAST
@@ -132,7 +134,7 @@ def _resumed(
     if state is not None:  # its plugins as it trained with them, before its config imports any
         require(state.get("plugins"), str(last), own_files=True)
     cfg, changes = resume_config(
-        run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"]
+        run_dir, config, overrides, write=rank0, checkpoint_config=state and state["config"], plugins=plugins
     )
     trainer = Trainer(cfg, run_dir, quiet=quiet, resume=state is not None, checkpoint=state)
     trainer.notes += [f"resuming with {c}" for c in changes]
