@@ -150,6 +150,20 @@ class ModelConfig:
 
 
 @dataclass
+class GuidedAlignmentConfig:
+    """An extra loss pulling the attention toward given word alignments (Chen et al. 2016)."""
+
+    links: list[str] = setting(
+        factory=list,
+        doc="Pharaoh i-j files, one line per training pair (one file per data.corpora entry); empty: off",
+    )
+    weight: float = setting(1.0, "the alignment loss's weight beside the translation loss")
+    valid_links: str = setting(
+        "", "Pharaoh links of the validation split: each validation logs the attention's AER (links or not)"
+    )
+
+
+@dataclass
 class TrainConfig:
     init_from: str = setting(
         "", "fine-tuning: start from this checkpoint's weights and tokenizers (a run directory: its best)"
@@ -215,6 +229,9 @@ class TrainConfig:
     )
     loggers: list[Literal["tensorboard", "mlflow"]] = setting(
         factory=list, doc="experiment trackers that also get the metrics (installed as extras)"
+    )
+    guided_alignment: GuidedAlignmentConfig = setting(
+        factory=GuidedAlignmentConfig, doc="supervise the attention with word alignments"
     )
 
 
@@ -671,6 +688,7 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
             fail("tokenizer.user_symbols", f"{symbol!r}: each symbol is one word without spaces")
     validate_corpora(cfg, fail)
     validate_pluggable(cfg, source, fail)
+    validate_guided_alignment(cfg, fail)
     memory = 2 * enc.hidden
     if att.type in ("dot", "scaled_dot") and dec.hidden != memory:
         fail(
@@ -701,6 +719,27 @@ def validate(cfg: Config, source: str, given: Collection[str] = ()) -> None:
         fail("data.join", f"must be 0 (off) or at least 2 (join runs of 2 .. K pairs), got {cfg.data.join}")
     if cfg.data.format == "hf" and not cfg.data.hf_path:
         fail("data.hf_path", "format hf needs a dataset id, a local folder or a builder name")
+
+
+def validate_guided_alignment(cfg: Config, fail: Callable[[str, str], None]) -> None:
+    """Links need weights to pull (an attention), fixed pieces to point at (no subword
+    sampling), and teacher forcing (the attention over the reference is what they supervise)."""
+    guided, key = cfg.train.guided_alignment, "train.guided_alignment"
+    if not guided.links:  # valid_links alone: the AER of an unguided run, to compare
+        return
+    corpora = max(1, len(cfg.data.corpora))
+    if len(guided.links) != corpora:
+        fail(f"{key}.links", f"give one file per training corpus ({corpora}), got {len(guided.links)}")
+    if not guided.weight > 0:
+        fail(f"{key}.weight", f"must be above 0, got {show(guided.weight)}")
+    if cfg.model.attention.type == "none":
+        fail(
+            f"{key}.links", "the none attention has no weights to guide; choose another model.attention.type"
+        )
+    if cfg.tokenizer.sampling_alpha:
+        fail(f"{key}.links", "links name fixed pieces: set tokenizer.sampling_alpha to 0")
+    if cfg.train.teacher_forcing_ratio < 1 or cfg.train.teacher_forcing_final is not None:
+        fail(f"{key}.links", "guides the attention over the reference: keep teacher_forcing_ratio 1")
 
 
 def registered(key: str) -> dict[str, type | None]:

@@ -2,13 +2,13 @@
 the target is unambiguous, and a placeholder before another word, against an independent word
 aligner's links (issue 41, item 3).
 
-The reference alignment comes from eflomal (Östling & Tiedemann 2016; `pip install eflomal`, not
-a dependency of nmt), run over the training pairs with the test pairs appended, lowercased, in
-nmt's words (`nmt.words.text_words`), both directions intersected: precise links. A tag pair goes
-around 1-3 words of the source whose links make a consistent phrase pair (every word linked, the
-linked target words a run that links back only into those words, the rule of phrase extraction),
-so its right place in the target is the run; the placeholder goes before a linked source word
-outside the pair, its right place before that word's first target word. Two measurements:
+The reference alignment comes from eflomal (`scripts/eflomal_links.py`), run over the training pairs
+with the test pairs appended, lowercased, in nmt's words (`nmt.words.text_words`), both directions
+intersected: precise links. A tag pair goes around 1-3 words of the source whose links make a
+consistent phrase pair (every word linked, the linked target words a run that links back only into
+those words, the rule of phrase extraction), so its right place in the target is the run; the
+placeholder goes before a linked source word outside the pair, its right place before that word's
+first target word. Two measurements:
 
 - forced: the tags carried onto the reference with the attention of forced decoding (where the
   words are given, only the placement is measured);
@@ -29,33 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import tempfile
 import time
 from pathlib import Path
 
+from eflomal_links import Links, eflomal_links  # scripts/, beside this one
+
 from nmt.errors import NMTError
-from nmt.evaluate.alignment import parse_pharaoh
 from nmt.text.markup import Markup
 from nmt.words import WORD, text_words
-
-Links = set[tuple[int, int]]
-
-
-def eflomal_links(pairs: list[tuple[str, str]]) -> list[Links]:
-    """Intersected forward and reverse eflomal links of each (source, target) pair of texts."""
-    import eflomal
-
-    src = [" ".join(text_words(s.lower())) for s, _ in pairs]
-    tgt = [" ".join(text_words(t.lower())) for _, t in pairs]
-    with tempfile.TemporaryDirectory() as tmp:
-        fwd, rev = Path(tmp) / "fwd", Path(tmp) / "rev"
-        eflomal.Aligner().align(
-            src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True
-        )
-        return [
-            parse_pharaoh(f, "eflomal forward")[0] & parse_pharaoh(r, "eflomal reverse")[0]
-            for f, r in zip(fwd.read_text().splitlines(), rev.read_text().splitlines(), strict=True)
-        ]
 
 
 def phrase_target(links: Links, first: int, last: int) -> tuple[int, int] | None:

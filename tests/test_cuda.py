@@ -44,7 +44,7 @@ def random_batch(seed: int, rows: int = 5, src_len: int = 9, tgt_len: int = 7, d
 
 def loss_and_gradients(learner: Learner, batch: Batch) -> tuple[float, float, dict]:
     learner.model.train()
-    objective, nll = learner.objective(batch, 0, torch.Generator())
+    objective, nll, _ = learner.objective(batch, 0, torch.Generator())
     objective.backward()
     grads = {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
     learner.optimizer.zero_grad(set_to_none=True)

@@ -2,7 +2,9 @@
 order `nmt --help` lists them."""
 
 # isort: off
-from nmt.cli import train, translate, score, align, explore, serve, evaluate, compare, ship, data, plot, info  # noqa: F401  (each registers its commands)
+# each registers its commands
+from nmt.cli import train, translate, distill, score, align, explore, serve, evaluate  # noqa: F401
+from nmt.cli import compare, ship, data, plot, info  # noqa: F401
 
 # isort: on
 from nmt.cli.app import app, data_app, plot_app

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt.errors import NMTError
 from nmt.fileio import atomic_write_text, check_outputs, check_same_length, read_lines
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ def run_align(
     """The whole `nmt align`: Pharaoh links from the attention of free decoding, or of forced
     decoding on --ref; with --gold, the AER line. Everything is checked before anything is written."""
     from nmt.decode.translator import load_translator
-    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method
+    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method, read_gold
 
     chosen = method(how, threshold)
     check_outputs({"-o": output}, {"--src": src, "--ref": ref, "--gold": gold})
@@ -45,28 +44,6 @@ def run_align(
         mode = "forced on the reference" if targets is not None else "free decoding"
         return f"{how} ({mode}): " + alignment_error_rate(links, gold_links).line()
     return ""
-
-
-def read_gold(gold: Path | None, lines: list[str], sources: list[str], targets: list[str] | None) -> list:
-    """The (sure, possible) links of each line of the gold file `gold`, every link checked to
-    fall inside its sentence (words of the source, and of the target when it is given)."""
-    from nmt.evaluate.alignment import parse_pharaoh
-    from nmt.words import text_words
-
-    gold_links = []
-    for n, line in enumerate(lines, 1):
-        sure, possible = parse_pharaoh(line, f"{gold}:{n}")
-        n_src = len(text_words(sources[n - 1]))
-        n_tgt = len(text_words(targets[n - 1])) if targets else None
-        for i, j in sorted(possible):
-            if i >= n_src or (n_tgt is not None and j >= n_tgt):
-                raise NMTError(
-                    f"{gold}:{n}: link {i}-{j} is outside the sentence ({n_src} source words"
-                    + (f", {n_tgt} target words" if n_tgt is not None else "")
-                    + "; indices are 0-based)"
-                )
-        gold_links.append((sure, possible))
-    return gold_links
 
 
 def attention_of(translator: Translator, sources: list[str], targets: list[str] | None) -> list:

@@ -23,6 +23,7 @@ class Batch:
     tgt_in: torch.Tensor  # (B, T) BOS y_1 ... y_n
     tgt_out: torch.Tensor  # (B, T) y_1 ... y_n EOS
     tgt_tokens: int | None = None  # real target tokens, counted on the CPU by `collate`
+    alignment: torch.Tensor | None = None  # (B, T, S) attention targets (`nmt.data.links`)
 
     @property
     def n_tgt_tokens(self) -> int:
@@ -35,14 +36,15 @@ class Batch:
         """The batch on `device`. On a GPU its rows go longest source first, copied from
         page-locked memory: then neither the copies nor the encoder's packing (which needs no
         index tensors for sorted rows) wait for the GPU (they made 2 of a step's 5 host syncs)."""
+        tensors = [self.src, self.tgt_in, self.tgt_out, *([] if self.alignment is None else [self.alignment])]
         if device.type != "cuda":
-            src, tgt_in, tgt_out = (x.to(device) for x in (self.src, self.tgt_in, self.tgt_out))
-            return Batch(src, self.src_len, tgt_in, tgt_out, self.tgt_tokens)
+            src, tgt_in, tgt_out, *alignment = (x.to(device) for x in tensors)
+            return Batch(src, self.src_len, tgt_in, tgt_out, self.tgt_tokens, *alignment)
         order = torch.argsort(self.src_len, descending=True, stable=True)
-        src, tgt_in, tgt_out = (
-            x[order].pin_memory().to(device, non_blocking=True) for x in (self.src, self.tgt_in, self.tgt_out)
+        src, tgt_in, tgt_out, *alignment = (
+            x[order].pin_memory().to(device, non_blocking=True) for x in tensors
         )
-        return Batch(src, self.src_len[order], tgt_in, tgt_out, self.n_tgt_tokens)
+        return Batch(src, self.src_len[order], tgt_in, tgt_out, self.n_tgt_tokens, *alignment)
 
 
 def _pad(rows: list[np.ndarray], before: int | None, after: int | None) -> torch.Tensor:

@@ -37,7 +37,8 @@ from nmt.errors import NMTError
 from nmt.fileio import describe_os_error, mismatch, moved
 from nmt.jsonvalues import JSONError, read_json
 
-CACHE_VERSION = 2  # 2: the training split as memory-mapped flat files, keyed by the files' bytes
+# 2: the training split as memory-mapped flat files, keyed by the files' bytes; 3: each pair's line
+CACHE_VERSION = 3
 META = "meta.json"
 
 

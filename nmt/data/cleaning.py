@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from nmt.config import DataConfig
 from nmt.data.joining import joined_pairs
 from nmt.data.sources import Chunk
@@ -27,14 +29,23 @@ def normalize(text: str, form: str) -> str:
 
 def clean_pairs(pairs: Iterable[tuple[str, str]], cfg: DataConfig) -> tuple[list[tuple[str, str]], Counter]:
     """Normalise every pair and drop those with an empty side; `Counter` says how many and why."""
-    kept, dropped = [], Counter()
-    for src, tgt in pairs:
+    kept, _, dropped = _cleaned(pairs, cfg)
+    return kept, dropped
+
+
+def _cleaned(
+    pairs: Iterable[tuple[str, str]], cfg: DataConfig
+) -> tuple[list[tuple[str, str]], list[int], Counter]:
+    """`clean_pairs`, with the position of each kept pair among `pairs`."""
+    kept, positions, dropped = [], [], Counter()
+    for position, (src, tgt) in enumerate(pairs):
         src, tgt = normalize(src, cfg.normalize), normalize(tgt, cfg.normalize)
         if not src or not tgt:
             dropped["empty side"] += 1
         else:
             kept.append((src, tgt))
-    return kept, dropped
+            positions.append(position)
+    return kept, positions, dropped
 
 
 def clean_held_out(pairs: Iterable[tuple[str, str]], form: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -53,15 +64,20 @@ class Cleaned:
     dropped: Counter
     read: int  # pairs of the split read for it (before cleaning and joining)
     part: int = 0  # which of `data.corpora` it comes from
+    lines: np.ndarray | None = None  # each pair's line in the split (1-based, across corpora); 0: joined
 
 
 def clean_chunks(chunks: Iterable[Chunk], cfg: DataConfig) -> Iterator[Cleaned]:
     """Each chunk's pairs as training sees them: cleaned, and with their joined runs
     (`data.join`; runs stay inside the chunk)."""
     for chunk in chunks:
-        cleaned, dropped = clean_pairs(zip(chunk.sources, chunk.targets, strict=True), cfg)
-        pairs = cleaned + joined_pairs(cleaned, cfg.join)
-        yield Cleaned([s for s, _ in pairs], [t for _, t in pairs], dropped, len(chunk), chunk.part)
+        cleaned, positions, dropped = _cleaned(zip(chunk.sources, chunk.targets, strict=True), cfg)
+        joined = joined_pairs(cleaned, cfg.join)
+        pairs = cleaned + joined
+        lines = np.zeros(len(pairs), dtype=np.int64)
+        lines[: len(cleaned)] = np.asarray(positions, dtype=np.int64) + chunk.first
+        sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+        yield Cleaned(sources, targets, dropped, len(chunk), chunk.part, lines)
 
 
 def describe_dropped(dropped: Counter) -> str:

@@ -27,6 +27,7 @@ from nmt.fileio import atomic_write
 
 SIDES = ("src", "tgt")
 PARTS = ("tokens", "offsets", "lengths")
+LINES = "lines"  # beside the sides: each training pair's line in its split (`EncodedCorpus.lines`)
 
 
 def _smallest(dtype_limit: int) -> np.dtype:
@@ -101,6 +102,7 @@ class EncodedCorpus:
     src: Side
     tgt: Side
     files: tuple[Path, dict] | None = None  # the folder and layout it is mapped from (`open`)
+    lines: np.ndarray | None = None  # a training pair's line in its split (1-based; 0: joined pairs)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -110,7 +112,8 @@ class EncodedCorpus:
         return cls(Side.from_lists(src), Side.from_lists(tgt))
 
     def select(self, indices) -> EncodedCorpus:
-        return EncodedCorpus(self.src.select(indices), self.tgt.select(indices))
+        lines = None if self.lines is None else np.asarray(self.lines[np.asarray(indices, dtype=np.int64)])
+        return EncodedCorpus(self.src.select(indices), self.tgt.select(indices), lines=lines)
 
     def release(self) -> None:
         self.src.release()
@@ -153,7 +156,10 @@ class EncodedCorpus:
             ):
                 raise ValueError(f"{directory}: {side} files do not hold {layout['pairs']} pairs")
             sides.append(Side(tokens, offsets, lengths, maps))
-        return cls(*sides, files=(directory, layout))
+        lines = np.fromfile(directory / LINES, dtype=np.uint32)
+        if len(lines) != layout["pairs"]:
+            raise ValueError(f"{directory}: {LINES} does not hold {layout['pairs']} pairs")
+        return cls(*sides, files=(directory, layout), lines=lines)
 
 
 def _mapped(path: Path, dtype: str, maps: dict[Path, mmap.mmap]) -> np.ndarray:
@@ -213,6 +219,7 @@ class CorpusWriter:
             self.files[side, part] = ChecksummedFile(self.directory / f"{side}.{part}")
         self.pairs = 0
         self.ends = {side: 0 for side in SIDES}  # tokens written so far
+        self.files["pairs", LINES] = ChecksummedFile(self.directory / LINES)
         for side in SIDES:
             self.files[side, "offsets"].write(np.zeros(1, dtype=np.int64))
 
@@ -222,6 +229,8 @@ class CorpusWriter:
             self.files[side, "offsets"].write(data.offsets[1:] + self.ends[side])
             self.files[side, "lengths"].write(data.lengths.astype(self.length_dtype))
             self.ends[side] += int(data.offsets[-1])
+        lines = np.zeros(len(chunk), np.uint32) if chunk.lines is None else chunk.lines
+        self.files["pairs", LINES].write(np.asarray(lines, dtype=np.uint32))
         self.pairs += len(chunk)
 
     def __enter__(self) -> CorpusWriter:

@@ -53,7 +53,9 @@ def kept_by_length(corpus: EncodedCorpus, cfg: DataConfig) -> tuple[EncodedCorpu
 
 
 def encode_chunks(chunks: Iterable[Cleaned], tok: TokenizerPair, cfg: DataConfig) -> Iterator[Encoded]:
-    """Each cleaned chunk encoded and filtered by length."""
+    """Each cleaned chunk encoded and filtered by length, each pair with its line (`lines`)."""
     for chunk in chunks:
-        corpus, too_long = kept_by_length(encode(chunk.sources, chunk.targets, tok), cfg)
+        encoded = encode(chunk.sources, chunk.targets, tok)
+        encoded.lines = chunk.lines
+        corpus, too_long = kept_by_length(encoded, cfg)
         yield Encoded(corpus, chunk.dropped + too_long, chunk.read, chunk.part)

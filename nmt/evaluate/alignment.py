@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from nmt.errors import NMTError
 from nmt.registry import Registry
-from nmt.words import word_matrix
+from nmt.words import text_words, word_matrix
 
 Link = tuple[int, int]  # (source word, target word)
 
@@ -78,6 +79,25 @@ def parse_pharaoh(line: str, where: str) -> tuple[set[Link], set[Link]]:
         if sep == "-":
             sure.add(link)
     return sure, possible
+
+
+def read_gold(gold: Path | None, lines: list[str], sources: list[str], targets: list[str] | None) -> list:
+    """The (sure, possible) links of each line of the gold file `gold`, every link checked to
+    fall inside its sentence (words of the source, and of the target when it is given)."""
+    gold_links = []
+    for n, line in enumerate(lines, 1):
+        sure, possible = parse_pharaoh(line, f"{gold}:{n}")
+        n_src = len(text_words(sources[n - 1]))
+        n_tgt = len(text_words(targets[n - 1])) if targets else None
+        for i, j in sorted(possible):
+            if i >= n_src or (n_tgt is not None and j >= n_tgt):
+                raise NMTError(
+                    f"{gold}:{n}: link {i}-{j} is outside the sentence ({n_src} source words"
+                    + (f", {n_tgt} target words" if n_tgt is not None else "")
+                    + "; indices are 0-based)"
+                )
+        gold_links.append((sure, possible))
+    return gold_links
 
 
 @dataclass

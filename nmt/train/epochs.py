@@ -26,6 +26,7 @@ from nmt.data.batching import (
 )
 from nmt.data.cleaning import describe_dropped
 from nmt.data.corpus import EncodedCorpus
+from nmt.data.links import GuidedTargets, read_links
 from nmt.data.prepare import PreparedData, prepare
 from nmt.data.subwords import EpochSampler
 from nmt.data.tokenizer import TokenizerPair
@@ -106,6 +107,11 @@ class Epochs:
         self.sampler = EpochSampler.of(cfg, data.train, data.tokenizers, run_dir / SAMPLED)
         if self.sampler and distributed.rank_and_world()[0] == 0:  # the process that draws them
             self.notes += self.sampler.discard_damaged()
+        self.guide: GuidedTargets | None = None  # guided alignment's targets of each batch
+        if cfg.train.guided_alignment.links:
+            links = read_links(cfg)
+            self.guide = GuidedTargets(links, data.tokenizers)
+            self.notes.append(links.note(cfg.train.guided_alignment.weight))
 
     def plan(self, epoch: int, sampled: bool = True) -> EpochPlan:
         """This process's batches of `epoch` (every `world`-th under torchrun), with subword
@@ -138,7 +144,13 @@ class Epochs:
         """`groups` of training pairs as batches on the device; the mapped cache files are
         checked first (a file cut short would kill the process with SIGBUS at the read)."""
         self.corpus.check_mapped()
-        return [collate(self.corpus, group).to(self.device) for group in groups]
+        batches = [collate(self.corpus, group) for group in groups]
+        if self.guide is not None:
+            for batch, group in zip(batches, groups, strict=True):
+                batch.alignment = self.guide.batch(
+                    self.corpus, group, batch.tgt_out.shape[1], batch.src.shape[1]
+                )
+        return [batch.to(self.device) for batch in batches]
 
     def release(self) -> None:
         """After each step. Each pair read maps the 64 KB around it (the kernel's fault-around,

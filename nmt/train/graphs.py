@@ -55,9 +55,11 @@ def padded(
 
 def uses_graphs(cfg: Config, device: torch.device) -> bool:
     """Whether training steps replay CUDA graphs of the decoder (`nmt.train.graphs`): on CUDA,
-    one process, one batch a step, teacher forcing (scheduled sampling runs eagerly anyway)."""
+    one process, one batch a step, teacher forcing (scheduled sampling runs eagerly anyway),
+    no guided alignment (its loss reads the attention weights, which the graphs keep inside)."""
     return (
         cfg.train.cuda_graphs
+        and not cfg.train.guided_alignment.links
         and device.type == "cuda"
         and cfg.train.update_every == 1
         and distributed.rank_and_world()[1] == 1

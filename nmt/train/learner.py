@@ -69,11 +69,12 @@ class Learner:
 
     def step(
         self, batches: list[Batch], step: int, generator: torch.Generator, last_good: Path
-    ) -> tuple[torch.Tensor, int, bool | torch.Tensor]:
+    ) -> tuple[torch.Tensor, int, bool | torch.Tensor, torch.Tensor | None]:
         """One optimiser step over `batches` (several = gradient accumulation): this process's
         summed NLL (a float64 tensor on the device, read when the loss is logged) and target
-        tokens, and whether the step was taken (AMP's scaler skips one that overflowed; under
-        fp16 a bool tensor on the device, read with the loss: `Precision.step`).
+        tokens, whether the step was taken (AMP's scaler skips one that overflowed; under
+        fp16 a bool tensor on the device, read with the loss: `Precision.step`), and guided
+        alignment's summed [loss, rows] (None without links).
 
         The loss is normalised by the target tokens of the whole step (over every process under
         torchrun), so accumulating k batches or running on k processes equals one big batch.
@@ -81,7 +82,7 @@ class Learner:
         world = distributed.rank_and_world()[1]
         step_tokens = distributed.all_reduce_sum(sum(b.n_tgt_tokens for b in batches), self.device)
         self.model.train()
-        nll, tokens = 0.0, 0
+        nll, tokens, guided = 0.0, 0, None
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             cache = self.objective.graphs is None
@@ -91,12 +92,14 @@ class Learner:
                 check_finite(float(sums.nll), self.precision, f"at step {step + 1}", last_good)
             self.precision.backward(sums.objective * world / step_tokens)
             nll, tokens = nll + sums.nll.double(), tokens + sums.tokens
+            if sums.guided is not None:
+                guided = sums.guided if guided is None else guided + sums.guided
         for parameter in self.frozen(step):
             parameter.grad = None  # no gradient: the optimiser leaves it (and its state) alone
         taken = self.precision.step(self.model, self.optimizer, self.cfg.clip)
         # Gradients go now, not before the next step: none are held while validating.
         self.optimizer.zero_grad(set_to_none=True)
-        return nll, tokens, taken
+        return nll, tokens, taken, guided
 
     def frozen(self, step: int) -> list[torch.nn.Parameter]:
         """The parameters `train.freeze` holds at `step` (0-based): the embeddings of both sides,

@@ -19,6 +19,7 @@ class LossSums:
     objective: Tensor  # summed training loss (label-smoothed if asked), for backward
     nll: Tensor  # summed negative log-likelihood (detached, on the device: reading it waits for a GPU)
     tokens: int  # target tokens (padding excluded)
+    guided: Tensor | None = None  # guided alignment's [summed loss, linked rows] (`alignment_sums`)
 
 
 def teacher_forcing_ratio(cfg: TrainConfig, step: int) -> float:
@@ -71,27 +72,45 @@ class TokenLoss(nn.Module):
         super().__init__()
         self.model, self.cfg, self.graphs = model, cfg, graphs
 
-    def forward(self, batch: Batch, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """(summed objective, summed NLL); label smoothing and scheduled sampling only while the
-        model trains."""
+    def forward(
+        self, batch: Batch, step: int, generator: torch.Generator
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(summed objective, summed NLL, guided alignment's [summed loss, rows] or None); label
+        smoothing, scheduled sampling and guided alignment only while the model trains."""
         training = self.model.training
         ratio = teacher_forcing_ratio(self.cfg, step) if training else 1.0
         smoothing = self.cfg.label_smoothing if training else 0.0
         if ratio < 1.0:
             logits = scheduled_sampling_logits(self.model, batch, ratio, generator)
             sums = loss_sums(logits, batch.tgt_out, smoothing)
-            return sums.objective, sums.nll
+            return sums.objective, sums.nll, None
         if self.graphs is not None and training:
             memory, mask, h0, c0 = self.model.annotate(batch.src, batch.src_len)
-            return self.graphs.loss(memory, h0, c0, mask, batch.tgt_in, batch.tgt_out)
+            return *self.graphs.loss(memory, h0, c0, mask, batch.tgt_in, batch.tgt_out), None
         real = batch.tgt_out != PAD
-        pre_output, _ = self.model.features(batch.src, batch.src_len, batch.tgt_in)
+        pre_output, weights = self.model.features(batch.src, batch.src_len, batch.tgt_in)
         output_layer = self.model.decoder.output_layer
-        return output_layer.loss(pre_output[real], batch.tgt_out[real], smoothing)
+        objective, nll = output_layer.loss(pre_output[real], batch.tgt_out[real], smoothing)
+        if batch.alignment is None or not training:
+            return objective, nll, None
+        guided = alignment_sums(weights, batch.alignment)
+        return objective + self.cfg.guided_alignment.weight * guided[0], nll, guided.detach()
+
+
+def alignment_sums(weights: Tensor, targets: Tensor) -> Tensor:
+    """Guided alignment's cross-entropy between attention `weights` and link `targets` (both
+    (B, T, S); a target row sums to 1, or to 0 where nothing is linked), summed over the linked
+    rows, and their count: [loss, rows]. Zero when the attention puts all its mass on the links
+    of each row as the targets spread it, larger the further it strays."""
+    logs = torch.log(weights.float().clamp_min(1e-9))
+    cross = -(targets * logs).sum(-1)
+    rows = targets.sum(-1) > 0
+    entropy = -(targets * torch.log(targets.clamp_min(1e-9))).sum(-1)  # the floor of `cross`
+    return torch.stack([(cross - entropy)[rows].sum(), rows.sum().float()])
 
 
 def batch_loss(objective: nn.Module, batch: Batch, step: int, generator: torch.Generator) -> LossSums:
     """The loss sums of `batch` through a TokenLoss (or its DDP wrapper), without waiting for
     the device: the NLL stays a tensor, the tokens were counted where the batch was made."""
-    total, nll = objective(batch, step, generator)
-    return LossSums(total, nll.detach(), batch.n_tgt_tokens)
+    total, nll, guided = objective(batch, step, generator)
+    return LossSums(total, nll.detach(), batch.n_tgt_tokens, guided)

@@ -65,25 +65,34 @@ class Clock:
 
 @dataclass
 class LogWindow:
-    """Training NLL and target tokens since the last log line, and when the window started."""
+    """Training NLL and target tokens since the last log line (and guided alignment's summed
+    loss and linked rows), and when the window started."""
 
     nll: float | Tensor = 0.0  # a tensor on the training device once a step is added: read when logged
     tokens: int = 0
+    guided: float | Tensor = 0.0
+    guided_rows: float | Tensor = 0.0
     start: float = field(default_factory=time.perf_counter)
 
-    def add(self, nll: Tensor, tokens: int) -> None:
+    def add(self, nll: Tensor, tokens: int, guided: Tensor | None = None) -> None:
         self.nll, self.tokens = self.nll + nll, self.tokens + tokens
+        if guided is not None:
+            self.guided, self.guided_rows = self.guided + guided[0], self.guided_rows + guided[1]
 
     def sums(self) -> list:
-        """[NLL, tokens]: what a checkpoint keeps and what torchrun's processes add up."""
-        return [float(self.nll), self.tokens]
+        """[NLL, tokens, guided loss, rows]: what a checkpoint keeps and what torchrun's
+        processes add up (a checkpoint from before guided alignment keeps the first two)."""
+        return [float(self.nll), self.tokens, float(self.guided), float(self.guided_rows)]
 
-    def entry(self, nll: float, tokens: int, progress: Progress, lr: float) -> dict[str, Any]:
-        """The log line's metrics entry: the window's loss, perplexity and speed (`nll` and
-        `tokens` summed over the processes)."""
+    def entry(self, sums: list, progress: Progress, lr: float) -> dict[str, Any]:
+        """The log line's metrics entry: the window's loss, perplexity and speed (`sums` added
+        up over the processes), and guided alignment's loss per linked row when there is one."""
+        nll, tokens, guided, rows = sums
         rate, loss = tokens / (time.perf_counter() - self.start), nll / tokens
         p = progress
         entry = {"step": p.step, "epoch": p.epoch, "loss": loss, "ppl": math.exp(min(loss, 50))}
+        if rows:
+            entry["alignment_loss"] = guided / rows
         return entry | {"lr": lr, "tgt_tokens_per_s": rate, "skipped_steps": p.skipped_steps}
 
 

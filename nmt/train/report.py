@@ -133,7 +133,9 @@ class RunReport:
         self.log(
             f"step {step}: valid loss {scores['valid_loss']:.3f} ppl {scores['valid_ppl']:.2f} "
             f"BLEU {scores['valid_bleu']:.2f} exact {100 * scores['valid_exact_match']:.1f}% "
-            f"({seconds:.1f} s)" + (" (best)" if improved else "")
+            + (f"AER {scores['valid_aer']:.3f} " if "valid_aer" in scores else "")
+            + f"({seconds:.1f} s)"
+            + (" (best)" if improved else "")
         )
         text = "".join(t.text + "\n" for t in translations)
         atomic_write_text(self.run_dir / "valid" / f"step-{step}.txt", text)

@@ -155,25 +155,25 @@ class Trainer:
     def _step(self, groups: list[list[int]]) -> None:
         """One optimiser step and its bookkeeping: counters, schedule, loss window, log line."""
         p, schedule = self.progress, self.learner.schedule
-        nll, tokens = self.train_step(groups)
+        nll, tokens, guided = self.train_step(groups)
         self.epochs.release()
         p.step, p.batch_in_epoch = p.step + 1, p.batch_in_epoch + len(groups)
         schedule.on_step(p.step, self.budget.share(self.spent()[0]) if schedule.uses_budget else 0.0)
-        self.window.add(nll, tokens)
+        self.window.add(nll, tokens, guided)
         self.report.step_done()
         if p.step % self.cfg.train.log_every == 0:
             self._log_window()
             if self.keeper.due(self.cfg.train.save_every_minutes):  # the window is empty here
                 self.save(LAST)
 
-    def train_step(self, groups: list[list[int]]) -> tuple[torch.Tensor, int]:
+    def train_step(self, groups: list[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor | None]:
         """One optimiser step over `groups` of training pairs (several = gradient accumulation);
-        this process's summed NLL and target tokens."""
+        this process's summed NLL and target tokens, and guided alignment's [loss, rows]."""
         batches = self.epochs.batches(groups)
-        nll, tokens, taken = self.learner.step(batches, self.progress.step, self.generator, self.last)
+        nll, tokens, taken, guided = self.learner.step(batches, self.progress.step, self.generator, self.last)
         if taken is not True:  # fp16: a tensor on the device, read with the loss
             self.unread_skips = self.unread_skips + (~taken).long()
-        return nll, tokens
+        return nll, tokens, guided
 
     def _read_skips(self) -> None:
         """The overflow steps skipped since the last read, into the progress."""
@@ -218,10 +218,10 @@ class Trainer:
     def _log_window(self) -> None:
         """Loss, perplexity and speed over the steps since the last log line."""
         p = self.progress
-        nll, tokens = distributed.all_reduce_sums(self.window.sums(), self.device)
-        check_finite(nll, self.learner.precision, f"by step {p.step}", self.last)
+        sums = distributed.all_reduce_sums(self.window.sums(), self.device)
+        check_finite(sums[0], self.learner.precision, f"by step {p.step}", self.last)
         self._read_skips()
-        self.report.show_window(self.window.entry(nll, tokens, p, self.learner.schedule.lr))
+        self.report.show_window(self.window.entry(sums, p, self.learner.schedule.lr))
         self.window = LogWindow()
         if self.speed_from:
             self._say_what_the_budget_buys()

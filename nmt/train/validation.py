@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import torch
 
@@ -14,7 +15,10 @@ from nmt.data.corpus import EncodedCorpus
 from nmt.data.sources import Pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.decode.translator import Translation, Translator
+from nmt.errors import NMTError
+from nmt.evaluate.alignment import align, alignment_error_rate, method, read_gold
 from nmt.evaluate.scoring import EvalOptions, evaluate, metrics
+from nmt.fileio import read_lines
 from nmt.model.linear import drop_prepacked
 from nmt.train.loss import batch_loss
 from nmt.train.precision import Precision
@@ -45,6 +49,24 @@ def valid_sample(pairs: Pairs, size: int, seed: int) -> Pairs:
     return [pairs[i] for i in chosen]
 
 
+def valid_gold(cfg: Config, pairs: Pairs) -> list:
+    """The validation split's gold links (`train.guided_alignment.valid_links`), checked against
+    its pairs: one line each, every link inside its pair; [] without them."""
+    path = cfg.train.guided_alignment.valid_links
+    if not path:
+        return []
+    key = "train.guided_alignment.valid_links"
+    if not Path(path).is_file():
+        raise NMTError(f"{key}: {path}: file not found")
+    lines = read_lines(Path(path))
+    if len(lines) != len(pairs):
+        raise NMTError(
+            f"{key}: {path} has {len(lines)} lines and the validation split {len(pairs)} pairs; "
+            "give one line of links per validation pair"
+        )
+    return read_gold(Path(path), lines, [s for s, _ in pairs], [t for _, t in pairs])
+
+
 class Validator:
     def __init__(
         self,
@@ -63,6 +85,7 @@ class Validator:
         self.translator: Translator | None = None  # kept: on a GPU its graphs are captured once
         self.options = EvalOptions(bootstrap=0)
         metrics(self.options)  # sacreBLEU's tokenizer loads now, before the run folder is made
+        self.pairs, self.gold = pairs, valid_gold(cfg, pairs)
 
     @torch.no_grad()
     def scores(
@@ -83,14 +106,25 @@ class Validator:
         hyps = [t.text for t in translations]
         refs = [[t for _, t in self.translated]]
         report = evaluate({"valid": hyps}, refs, self.options).systems[0]
-        drop_prepacked()  # training changes every weight next: their packed copies are stale
-        return {
+        found = {
             "valid_loss": nll / tokens,
             "valid_ppl": math.exp(min(nll / tokens, 50)),
             "valid_bleu": report.scores["BLEU"],
             "valid_chrf": report.scores["chrF"],
             "valid_exact_match": report.exact_match,
-        }, translations
+        }
+        if self.gold:
+            found["valid_aer"] = self.error_rate(self.translator_of(model))
+        drop_prepacked()  # training changes every weight next: their packed copies are stale
+        return found, translations
+
+    def error_rate(self, translator: Translator) -> float:
+        """AER of the attention over every validation reference (forced decoding, argmax
+        links: `nmt align --ref`) against `train.guided_alignment.valid_links`."""
+        how = method("argmax")
+        scored = translator.score([s for s, _ in self.pairs], [t for _, t in self.pairs])
+        links = [align(s.attention, s.src_pieces, s.tgt_pieces, how) for s in scored]
+        return alignment_error_rate(links, self.gold).aer
 
     def translator_of(self, model: torch.nn.Module) -> Translator:
         """The translator of `model`, the same one every validation (its fixed-row pools and

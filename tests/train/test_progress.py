@@ -3,6 +3,8 @@
 import math
 import time
 
+import torch
+
 from nmt.train.progress import Clock, LogWindow, Progress
 
 
@@ -33,9 +35,14 @@ def test_the_clock_adds_this_sessions_seconds_to_the_checkpoints():
 
 def test_a_log_windows_entry_is_its_mean_loss_and_speed():
     window = LogWindow(nll=12.0, tokens=6, start=time.perf_counter() - 2.0)
-    entry = window.entry(24.0, 12, Progress(step=40, epoch=1, skipped_steps=2), lr=0.001)
-    assert window.sums() == [12.0, 6]
+    entry = window.entry([24.0, 12, 0.0, 0.0], Progress(step=40, epoch=1, skipped_steps=2), lr=0.001)
+    assert window.sums() == [12.0, 6, 0.0, 0.0]
     assert entry["loss"] == 2.0 and abs(entry["ppl"] - math.exp(2.0)) < 1e-9
+    assert "alignment_loss" not in entry
+    window.add(torch.tensor(3.0), 2, torch.tensor([1.5, 3.0]))
+    assert window.sums() == [15.0, 8, 1.5, 3.0]
+    assert LogWindow(*[12.0, 6]).sums() == [12.0, 6, 0.0, 0.0]  # a checkpoint's window from before
+    assert window.entry(window.sums(), Progress(), lr=0.1)["alignment_loss"] == 0.5
     assert 5.0 < entry["tgt_tokens_per_s"] <= 6.0  # 12 tokens (all processes) in a bit over 2 s
     assert (entry["step"], entry["epoch"], entry["lr"], entry["skipped_steps"]) == (40, 1, 0.001, 2)
 

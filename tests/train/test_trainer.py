@@ -230,7 +230,7 @@ def test_gradient_accumulation_equals_one_big_batch(toy_dir, tmp_path):
         trainer = Trainer(cfg, tmp_path / name, quiet=True)
         examples = list(range(48))
         groups = [examples] if split == 1 else [examples[:20], examples[20:]]
-        nll, _ = trainer.train_step(groups)
+        nll, _, _ = trainer.train_step(groups)
         updates.append((nll, [p.detach().clone() for p in trainer.model.parameters()]))
     assert float(updates[0][0]) == pytest.approx(float(updates[1][0]), rel=1e-6)
     for big, acc in zip(updates[0][1], updates[1][1], strict=True):
