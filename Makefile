@@ -11,7 +11,7 @@ BIN        := $(VENV)/bin
 NMT        := $(BIN)/nmt
 STAMP      := $(VENV)/.installed
 
-.PHONY: install test demo lint format docs bench bench-serve bench-scale study study-plugins clean
+.PHONY: install test demo lint format docs bench bench-serve bench-scale study study-plugins study-guided study-distill clean
 
 install: $(STAMP)
 
@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+# Two workers (pytest-xdist, a test file to a worker, so a file's fixtures are made once), each
+# with half the cores: most tests are start-up and Python as much as products, and run side by
+# side; TEST_WORKERS=0 runs them in this process, one by one.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(BIN)/ruff check .
@@ -147,6 +151,37 @@ study-plugins: install
 	  --baseline general --seeds 1,2,3 --budget 15m --jobs 2 --threads 1 --join 2,3,4 \
 	  --extra iwslt=$(IWSLT14)/valid --extra iwslt-test=$(IWSLT14)/test --heatmap 17 \
 	  --runs study-runs/plugins -o docs/plugins/study $(STUDY_ARGS)
+
+# "Distillation and guided alignment" (docs/distillation.md reads docs/distillation/*/report.md).
+# Guided alignment: the 20-minute recipe with and without eflomal's links of the training pairs
+# (`pip install eflomal`), one seed, two at a time on one thread each; then the markup bench of
+# both (tag placement against eflomal's links). About 30 minutes on 2 CPU cores.
+GUIDED := study-runs/guided
+study-guided: install
+	test -s $(GUIDED)/train.align || $(BIN)/python scripts/eflomal_links.py \
+	  --src $(MULTI30K)/train.de --tgt $(MULTI30K)/train.en -o $(GUIDED)/train.align
+	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) \
+	  --system 'plain: train.guided_alignment.weight=1.0' \
+	  --system 'guided: train.guided_alignment.links=[$(GUIDED)/train.align]' \
+	  --seeds 1 --budget 20m --jobs 2 --threads 1 --extra val=$(MULTI30K)/val \
+	  --runs $(GUIDED) -o docs/distillation/guided $(STUDY_ARGS)
+	for run in plain guided; do $(BIN)/python scripts/markup_bench.py -m $(GUIDED)/$$run/seed1 \
+	  --src $(MULTI30K)/test_2016_flickr.de --ref $(MULTI30K)/test_2016_flickr.en \
+	  --train-src $(MULTI30K)/train.de --train-tgt $(MULTI30K)/train.en \
+	  --out docs/distillation/guided/markup-$$run; done
+
+# Distillation: the recipe's 20-minute model (`make study-guided`'s plain run) teaches
+# multi30k-small.yaml; the student on the references against the student on the teacher's beam-5
+# translations, 20 minutes each, two at a time on one thread; scored with beam 5 and greedy.
+KD := study-runs/distill
+study-distill: install
+	$(NMT) distill --teacher $(GUIDED)/plain/seed1 -c multi30k-small.yaml --set data.dir=$(MULTI30K) \
+	  --stage data -o $(KD)
+	for beam in 5 1; do $(NMT) compare -c multi30k-small.yaml --set data.dir=$(MULTI30K) \
+	  --system 'references: train.seed=1' \
+	  --system 'distilled: data.dir=$(KD)/data, data.valid=valid, data.test=test' \
+	  --seeds 1 --budget 20m --jobs 2 --threads 1 --beam $$beam --extra val=$(MULTI30K)/val \
+	  --runs $(KD)/students -o docs/distillation/students-beam$$beam $(STUDY_ARGS); done
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .bench-cache study-runs

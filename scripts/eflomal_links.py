@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nmt.evaluate.alignment import format_pharaoh, parse_pharaoh
 from nmt.fileio import atomic_write_text, check_same_length, read_lines
+from nmt.pharaoh import format_pharaoh, parse_pharaoh
 from nmt.words import text_words
 
 Links = set[tuple[int, int]]

@@ -7,10 +7,13 @@ os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="nmt-hf-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="nmt-mpl-"))
-# Every core, fixed: nmt would take fewer threads while other processes run (nmt.machine), and
+# The cores, fixed: nmt would take fewer threads while other processes run (nmt.machine), and
 # tests compare runs bit for bit, which holds only at one thread count (tests/test_machine.py
-# tests the choice itself).
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+# tests the choice itself). Under pytest-xdist (`make test` runs two workers) the cores are
+# shared out between the workers: two workers of two threads on two cores stall each other's
+# OpenMP threads.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // WORKERS)))
 # fp32 for `--precision auto`: tests compare outputs across engines and searches byte for byte,
 # which a CPU whose bf16 units `auto` would take changes (tests/model/test_precision.py tests auto)
 os.environ["NMT_PRECISION"] = "fp32"

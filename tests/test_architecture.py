@@ -18,7 +18,7 @@ CORE = [
     ["nmt.errors", "nmt.vocab", "nmt.words", "nmt.allocator", "nmt.version", "nmt.assets"],
     ["nmt.registry"],
     ["nmt.plugins"],
-    ["nmt.fileio", "nmt.config", "nmt.device", "nmt.machine", "nmt.hub"],
+    ["nmt.fileio", "nmt.config", "nmt.device", "nmt.machine", "nmt.hub", "nmt.pharaoh"],
     ["nmt.jsonvalues"],
     ["nmt.plots", "nmt.rundir", "nmt.measured"],
     ["nmt.data", "nmt.evaluate"],

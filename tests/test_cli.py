@@ -87,6 +87,13 @@ START_UP = [
 ]
 
 
+def _ctrl_c_as_a_terminal() -> None:
+    """The child starts with SIGINT's default action, as from a shell's prompt: a pytest-xdist
+    worker ignores SIGINT, and a process that starts with it ignored (a background job's lot)
+    never sees a Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("event", "name"), START_UP)
 def test_ctrl_c_during_start_up_ends_in_one_line_without_a_traceback(tmp_path, event, name):
     """Ctrl-C in the first half second (the restart, the command line's imports, a plugin's)
@@ -113,7 +120,15 @@ def test_ctrl_c_during_start_up_ends_in_one_line_without_a_traceback(tmp_path, e
         "--plugin",
         "plugin.py",
     ]
-    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=_ctrl_c_as_a_terminal,
+    )
     assert (tmp_path / "sent").exists(), f"no {event} event naming {name}: {proc.stderr}"
     assert "Traceback" not in proc.stderr and proc.stderr.splitlines() in ([], ["interrupted"]), proc.stderr
     assert proc.returncode in (130, -signal.SIGINT), proc.stderr

@@ -93,6 +93,10 @@ def test_degenerate_outputs_are_dropped_and_counted(translating_model, small_toy
     dropped = manifest["pairs"]["dropped"]["length ratio above 1"]
     assert dropped > 0 and manifest["pairs"]["kept"] == 400 - dropped
     assert len((tmp_path / "out" / "data" / "train.iso").read_text().splitlines()) == 400 - dropped
+    shown = (tmp_path / "out" / "data" / "dropped.tsv").read_text().splitlines()
+    assert len(shown) == 1 + dropped and shown[1].split("\t")[1] == "length ratio above 1"
+    number, _, source, _ = shown[1].split("\t")
+    assert (small_toy / "train.human").read_text().splitlines()[int(number) - 1] == source
 
 
 def test_a_killed_distillation_goes_on_from_its_last_chunk(distilled, translating_model, small_toy, tmp_path):

@@ -24,55 +24,57 @@ from nmt.cli.app import (
 )
 from nmt.cli.translate import BatchSizeOption, BeamOption, RowsOption
 
+TeacherOption = Annotated[
+    list[Path],
+    typer.Option(
+        metavar="RUN_OR_CKPT",
+        help="The teacher: a run, checkpoint or release (twice or more: an ensemble).",
+        rich_help_panel=MODEL,
+    ),
+]
+StageOption = Annotated[
+    Literal["all", "data", "train"],
+    typer.Option(
+        help="data: only the distilled corpus; train: only the student (on a corpus made before).",
+        rich_help_panel=TRAINING,
+    ),
+]
+ReferencesOption = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        metavar="WEIGHT",
+        help="Also train on the reference pairs, weighted against the distilled ones (1: as many).",
+        rich_help_panel=TRAINING,
+    ),
+]
+MaxRatioOption = Annotated[
+    float,
+    typer.Option(
+        min=1.0, metavar="R", help="Drop outputs whose word count is over R times the source's or under 1/R."
+    ),
+]
+MaxRepeatsOption = Annotated[
+    int, typer.Option(min=1, metavar="N", help="Drop outputs holding a word trigram more than N times.")
+]
+ChunkOption = Annotated[
+    int,
+    typer.Option(min=1, metavar="LINES", help="Lines translated between two saves (a kill loses one chunk)."),
+]
+
 
 @app.command()
 @user_errors
 def distill(
-    teacher: Annotated[
-        list[Path],
-        typer.Option(
-            metavar="RUN_OR_CKPT",
-            help="The teacher: a run, checkpoint or release (twice or more: an ensemble).",
-            rich_help_panel=MODEL,
-        ),
-    ],
+    teacher: TeacherOption,
     config: ConfigOption,
     output: Annotated[Path, output_option("Folder of the distilled corpus, the student's config and run.")],
     set_: SetOption = None,
-    stage: Annotated[
-        Literal["all", "data", "train"],
-        typer.Option(
-            help="data: only the distilled corpus; train: only the student (on a corpus made before).",
-            rich_help_panel=TRAINING,
-        ),
-    ] = "all",
-    references: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            metavar="WEIGHT",
-            help="Also train on the reference pairs, weighted against the distilled ones (1: as many).",
-            rich_help_panel=TRAINING,
-        ),
-    ] = 0.0,
-    max_ratio: Annotated[
-        float,
-        typer.Option(
-            min=1.0,
-            metavar="R",
-            help="Drop outputs whose word count is over R times the source's or under 1/R.",
-        ),
-    ] = 3.0,
-    max_repeats: Annotated[
-        int,
-        typer.Option(min=1, metavar="N", help="Drop outputs holding a word trigram more than N times."),
-    ] = 2,
-    chunk: Annotated[
-        int,
-        typer.Option(
-            min=1, metavar="LINES", help="Lines translated between two saves (a kill loses one chunk)."
-        ),
-    ] = 5000,
+    stage: StageOption = "all",
+    references: ReferencesOption = 0.0,
+    max_ratio: MaxRatioOption = 3.0,
+    max_repeats: MaxRepeatsOption = 2,
+    chunk: ChunkOption = 5000,
     beam: BeamOption = None,
     batch_size: BatchSizeOption = None,
     rows: RowsOption = None,

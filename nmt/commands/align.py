@@ -25,7 +25,8 @@ def run_align(
     """The whole `nmt align`: Pharaoh links from the attention of free decoding, or of forced
     decoding on --ref; with --gold, the AER line. Everything is checked before anything is written."""
     from nmt.decode.translator import load_translator
-    from nmt.evaluate.alignment import align, alignment_error_rate, format_pharaoh, method, read_gold
+    from nmt.evaluate.alignment import align, alignment_error_rate, method, read_gold
+    from nmt.pharaoh import format_pharaoh
 
     chosen = method(how, threshold)
     check_outputs({"-o": output}, {"--src": src, "--ref": ref, "--gold": gold})

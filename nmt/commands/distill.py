@@ -4,7 +4,8 @@ search; its outputs, cleaned of degenerate ones, become the corpus a student tra
 
     DIR/data.parts/  the teacher's outputs, a chunk of lines a file, while it translates
     DIR/data/        the distilled corpus: train.{src,tgt} (kept pairs), valid and test copied,
-                     distill.json (teachers, settings, what was dropped and why)
+                     distill.json (teachers, settings, what was dropped and why), dropped.tsv
+                     (each dropped line: its number, why, its source and the teacher's output)
     DIR/student.yaml the student's config, reading DIR/data (and the references, if weighted)
     DIR/student/     the student's run
 
@@ -39,7 +40,7 @@ from nmt.version import VERSION
 from nmt.words import text_words
 
 CORPUS, PARTS, CONFIG, STUDENT = "data", "data.parts", "student.yaml", "student"
-MANIFEST, SETTINGS = "distill.json", "settings.json"
+MANIFEST, SETTINGS, DROPPED = "distill.json", "settings.json", "dropped.tsv"
 STAGES = ("all", "data", "train")
 
 
@@ -114,10 +115,12 @@ def settings_of(plan: Plan, translator: TextTranslator) -> dict[str, Any]:
 
 
 def teacher_file(path: Path) -> Path:
-    """The file that holds a teacher's weights (a run directory's best checkpoint)."""
-    from nmt.checkpoint import resolve_checkpoint
+    """The file that holds a teacher's weights: a run's best checkpoint, a release's weights."""
+    from nmt.checkpoint import RELEASE_WEIGHTS, is_release, resolve_checkpoint
+    from nmt.hub import resolve_model_path
 
-    return resolve_checkpoint(Path(path))
+    local = resolve_model_path(path)
+    return local / RELEASE_WEIGHTS if is_release(local) else resolve_checkpoint(local)
 
 
 def distill_corpus(plan: Plan, cfg: Config, say: Callable[[str], None], quiet: bool = False) -> str:
@@ -158,7 +161,8 @@ def distill_corpus(plan: Plan, cfg: Config, say: Callable[[str], None], quiet: b
     src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
     say(
         f"distilled corpus: {kept} of {translated} pairs in {corpus}/train.{src} and train.{tgt} "
-        f"(dropped: {shown}); validation and test copied beside them; {corpus / MANIFEST} says how"
+        f"(dropped: {shown}; each in {corpus / DROPPED}); validation and test copied beside them; "
+        f"{corpus / MANIFEST} says how; the teacher translated for {seconds:.0f} s"
     )
     return f"distilled corpus in {corpus}"
 
@@ -220,12 +224,17 @@ def write_corpus(
         with (
             open(staging / f"train.{src}", "w", encoding="utf-8") as sources,
             open(staging / f"train.{tgt}", "w", encoding="utf-8") as targets,
+            open(staging / DROPPED, "w", encoding="utf-8") as shown,
         ):
+            shown.write("line\treason\tsource\toutput\n")
             for chunk in train_pairs(cfg.data).chunks(plan.chunk):
-                for line, output in zip(chunk.sources, outputs, strict=False):
+                for number, (line, output) in enumerate(
+                    zip(chunk.sources, outputs, strict=False), chunk.first
+                ):
                     why = "empty source" if not line.strip() else plan.filters.reason(line, output)
                     if why:
                         dropped[why] += 1
+                        shown.write(f"{number}\t{why}\t{' '.join(line.split())}\t{output}\n")
                         continue
                     sources.write(" ".join(line.split()) + "\n")
                     targets.write(output + "\n")

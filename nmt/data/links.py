@@ -24,6 +24,7 @@ from nmt.data.sources import train_pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import iter_lines
+from nmt.pharaoh import parse_pharaoh
 from nmt.words import WordMap, text_words
 
 CHUNK = 20_000  # training pairs read at a time while the links are checked
@@ -89,8 +90,6 @@ def _short(path: Path, pairs: int, cfg: Config, part: int, longer: bool = False)
 
 def _parsed(line: str, where: str, n_src: int, n_tgt: int, shift: int) -> list[int]:
     """One line's links (sure and possible alike), flat, source indices moved past the tag."""
-    from nmt.evaluate.alignment import parse_pharaoh
-
     flat = []
     for i, j in sorted(parse_pharaoh(line, where)[1]):
         if i >= n_src or j >= n_tgt:

@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from nmt.errors import NMTError
+from nmt.pharaoh import Link, parse_pharaoh
 from nmt.registry import Registry
 from nmt.words import text_words, word_matrix
-
-Link = tuple[int, int]  # (source word, target word)
 
 
 class AlignmentMethod(Registry, ABC):
@@ -59,26 +58,6 @@ def method(name: str, threshold: float = 0.3) -> AlignmentMethod:
 
 def align(weights, src_pieces: list[str], tgt_pieces: list[str], how: AlignmentMethod) -> set[Link]:
     return how.links(word_matrix(weights, src_pieces, tgt_pieces))
-
-
-def format_pharaoh(links: set[Link]) -> str:
-    return " ".join(f"{i}-{j}" for i, j in sorted(links))
-
-
-def parse_pharaoh(line: str, where: str) -> tuple[set[Link], set[Link]]:
-    """(sure, possible) links of one line; possible includes sure. `where` names the line."""
-    sure: set[Link] = set()
-    possible: set[Link] = set()
-    for token in line.split():
-        sep = "-" if "-" in token else "?"
-        i, _, j = token.partition(sep)
-        if not (i.isdigit() and j.isdigit()):
-            raise NMTError(f"{where}: {token!r} is not an alignment link; write i-j (sure) or i?j (possible)")
-        link = (int(i), int(j))
-        possible.add(link)
-        if sep == "-":
-            sure.add(link)
-    return sure, possible
 
 
 def read_gold(gold: Path | None, lines: list[str], sources: list[str], targets: list[str] | None) -> list:

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 from nmt.cli import app
 from nmt.data.toy import write_toy_corpus
 from nmt.errors import NMTError
-from nmt.evaluate.alignment import alignment_error_rate, method, parse_pharaoh
+from nmt.evaluate.alignment import alignment_error_rate, method
+from nmt.pharaoh import parse_pharaoh
 from nmt.words import text_words
 
 runner = CliRunner()
