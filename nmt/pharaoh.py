@@ -27,3 +27,20 @@ def parse_pharaoh(line: str, where: str) -> tuple[set[Link], set[Link]]:
         if sep == "-":
             sure.add(link)
     return sure, possible
+
+
+def parse_inside(
+    line: str, where: str, n_src: int, n_tgt: int | None, unit: str = "sentence"
+) -> tuple[set[Link], set[Link]]:
+    """`parse_pharaoh`, every link checked to fall inside its `unit` of `n_src` source words and
+    `n_tgt` target words (None: the target is not known, only the source is checked)."""
+    sure, possible = parse_pharaoh(line, where)
+    for i, j in sorted(possible):
+        if i >= n_src or (n_tgt is not None and j >= n_tgt):
+            raise NMTError(
+                f"{where}: link {i}-{j} is outside the {unit} ({n_src} source words"
+                + (f", {n_tgt} target words" if n_tgt is not None else "")
+                + ", counted as nmt align counts them: letter/digit runs and single other characters; "
+                "indices are 0-based)"
+            )
+    return sure, possible

@@ -187,14 +187,15 @@ def translate_chunks(
 
     source = train_pairs(cfg.data)
     total = source.scan().pairs
-    done = sum(count_lines(p) for p in parts.glob("*.txt"))
+    saved = {path.name: count_lines(path) for path in parts.glob("*.txt")}
+    done = sum(saved.values())
     if done:
         say(f"resuming: {done} of {total} training sources already translated in {parts}")
     bar = tqdm(total=total, initial=done, unit="sent", disable=True if quiet else None, mininterval=0.5)
     with bar:
         for index, chunk in enumerate(source.chunks(plan.chunk)):
             path = parts / f"{index:06d}.txt"
-            if path.is_file() and count_lines(path) == len(chunk):
+            if saved.get(path.name) == len(chunk):
                 continue
             try:
                 outputs = translator.iter_translate(chunk.sources, attention=False, progress=bar.update)
@@ -231,12 +232,13 @@ def write_corpus(
                 for number, (line, output) in enumerate(
                     zip(chunk.sources, outputs, strict=False), chunk.first
                 ):
-                    why = "empty source" if not line.strip() else plan.filters.reason(line, output)
+                    source = " ".join(line.split())
+                    why = plan.filters.reason(source, output) if source else "empty source"
                     if why:
                         dropped[why] += 1
-                        shown.write(f"{number}\t{why}\t{' '.join(line.split())}\t{output}\n")
+                        shown.write(f"{number}\t{why}\t{source}\t{output}\n")
                         continue
-                    sources.write(" ".join(line.split()) + "\n")
+                    sources.write(source + "\n")
                     targets.write(output + "\n")
                     kept += 1
         for split in ("valid", "test"):

@@ -10,7 +10,6 @@ final `</s>` and joined pairs (`data.join`) have empty rows, which the loss skip
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from nmt.data.sources import train_pairs
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import iter_lines
-from nmt.pharaoh import parse_pharaoh
+from nmt.pharaoh import parse_inside
 from nmt.words import WordMap, text_words
 
 CHUNK = 20_000  # training pairs read at a time while the links are checked
@@ -55,7 +54,7 @@ def read_links(cfg: Config) -> Links:
             raise NMTError(f"train.guided_alignment.links: {path}: file not found")
     tags = [c.tag for c in cfg.data.corpora] or [""]
     rows: list[list[int]] = []
-    lines = [_numbered(path) for path in files]
+    lines = [enumerate(iter_lines(path), 1) for path in files]
     counts = [0] * len(files)
     for chunk in train_pairs(cfg.data).chunks(CHUNK):
         part, shift = chunk.part, len(text_words(tags[chunk.part]))
@@ -74,10 +73,6 @@ def read_links(cfg: Config) -> Links:
     return Links(Side.from_lists(rows), sum(1 for r in rows if r), files)
 
 
-def _numbered(path: Path) -> Iterator[tuple[int, str]]:
-    return enumerate(iter_lines(path), 1)
-
-
 def _short(path: Path, pairs: int, cfg: Config, part: int, longer: bool = False) -> NMTError:
     """A links file that ends before its corpus (after `pairs` lines), or goes on past its `pairs`."""
     corpus = cfg.data.corpora[part].train if cfg.data.corpora else cfg.data.train
@@ -90,23 +85,15 @@ def _short(path: Path, pairs: int, cfg: Config, part: int, longer: bool = False)
 
 def _parsed(line: str, where: str, n_src: int, n_tgt: int, shift: int) -> list[int]:
     """One line's links (sure and possible alike), flat, source indices moved past the tag."""
-    flat = []
-    for i, j in sorted(parse_pharaoh(line, where)[1]):
-        if i >= n_src or j >= n_tgt:
-            raise NMTError(
-                f"{where}: link {i}-{j} is outside the pair "
-                f"({n_src} source words, {n_tgt} target words, counted as nmt align counts them: "
-                "letter/digit runs and single other characters; indices are 0-based)"
-            )
-        flat += [i + shift, j]
-    return flat
+    possible = parse_inside(line, where, n_src, n_tgt, unit="pair")[1]
+    return [x for i, j in sorted(possible) for x in (i + shift, j)]
 
 
 class GuidedTargets:
     """Attention targets of training batches from the `Links` of their lines."""
 
     def __init__(self, links: Links, tok: TokenizerPair):
-        self.links, self.src_pieces, self.tgt_pieces = links, tok.src.pieces, tok.tgt.pieces
+        self.links, self.tok = links, tok
 
     def batch(self, corpus: EncodedCorpus, indices, target_len: int, source_len: int) -> torch.Tensor:
         """(B, T, S) targets of the pairs `indices` of `corpus` (its `lines` name their links)."""
@@ -115,8 +102,10 @@ class GuidedTargets:
             line = int(corpus.lines[index]) if corpus.lines is not None else 0
             flat = self.links.rows[line - 1] if line else ()
             if len(flat):
-                src = [self.src_pieces[i] for i in corpus.src[index]]
-                tgt = [self.tgt_pieces[i] for i in corpus.tgt[index]]
+                src, tgt = (
+                    self.tok.src.id_to_piece(corpus.src[index]),
+                    self.tok.tgt.id_to_piece(corpus.tgt[index]),
+                )
                 rows = piece_targets(np.asarray(flat).reshape(-1, 2), src, tgt)
                 out[b, : rows.shape[0], : rows.shape[1]] = rows
         return torch.from_numpy(out)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from nmt.errors import NMTError
-from nmt.pharaoh import Link, parse_pharaoh
+from nmt.pharaoh import Link, parse_inside
 from nmt.registry import Registry
 from nmt.words import text_words, word_matrix
 
@@ -65,17 +65,8 @@ def read_gold(gold: Path | None, lines: list[str], sources: list[str], targets: 
     fall inside its sentence (words of the source, and of the target when it is given)."""
     gold_links = []
     for n, line in enumerate(lines, 1):
-        sure, possible = parse_pharaoh(line, f"{gold}:{n}")
-        n_src = len(text_words(sources[n - 1]))
         n_tgt = len(text_words(targets[n - 1])) if targets else None
-        for i, j in sorted(possible):
-            if i >= n_src or (n_tgt is not None and j >= n_tgt):
-                raise NMTError(
-                    f"{gold}:{n}: link {i}-{j} is outside the sentence ({n_src} source words"
-                    + (f", {n_tgt} target words" if n_tgt is not None else "")
-                    + "; indices are 0-based)"
-                )
-        gold_links.append((sure, possible))
+        gold_links.append(parse_inside(line, f"{gold}:{n}", len(text_words(sources[n - 1])), n_tgt))
     return gold_links
 
 
