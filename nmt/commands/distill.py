@@ -191,6 +191,8 @@ def translate_chunks(
     done = sum(saved.values())
     if done:
         say(f"resuming: {done} of {total} training sources already translated in {parts}")
+    else:
+        say(f"the teacher's translations: {parts}, a file per {plan.chunk} lines until the corpus is made")
     bar = tqdm(total=total, initial=done, unit="sent", disable=True if quiet else None, mininterval=0.5)
     with bar:
         for index, chunk in enumerate(source.chunks(plan.chunk)):
