@@ -13,12 +13,13 @@ os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="nmt-mpl-"))
 # shared out between the workers: two workers of two threads on two cores stall each other's
 # OpenMP threads.
 # The workers inherit the environment of the process that starts them, whose conftest ran first
-# with one worker counted: a marker says the thread count is ours to set again, and a user's own
-# OMP_NUM_THREADS has none, so it stands.
+# with one worker counted: NMT_TESTS_THREADS says whose the count is, and only a user's stands.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if "OMP_NUM_THREADS" not in os.environ or os.environ.get("NMT_TESTS_SET_THREADS"):
+if "OMP_NUM_THREADS" in os.environ and "NMT_TESTS_THREADS" not in os.environ:
+    os.environ["NMT_TESTS_THREADS"] = "user"
+if os.environ.get("NMT_TESTS_THREADS") != "user":
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
-    os.environ["NMT_TESTS_SET_THREADS"] = "1"
+    os.environ["NMT_TESTS_THREADS"] = "shared out"
 # fp32 for `--precision auto`: tests compare outputs across engines and searches byte for byte,
 # which a CPU whose bf16 units `auto` would take changes (tests/model/test_precision.py tests auto)
 os.environ["NMT_PRECISION"] = "fp32"

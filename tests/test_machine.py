@@ -1,5 +1,8 @@
 """nmt.machine: the threads a process takes on a busy machine, and the yardstick's parts."""
 
+import os
+
+import pytest
 import torch
 
 from nmt import machine
@@ -29,6 +32,15 @@ def test_a_decode_takes_the_users_threads_else_the_free_cores(monkeypatch):
         assert ("busy" in note) == (cores > 1)
     finally:
         torch.set_num_threads(cores)
+
+
+def test_the_test_workers_share_the_cores_out():
+    """conftest gives each pytest-xdist worker its share of the cores: workers that each took all
+    of them stalled each other's OpenMP threads, and the suite ran 2.5x slower."""
+    if os.environ.get("NMT_TESTS_THREADS") == "user":
+        pytest.skip("OMP_NUM_THREADS was set for this run, and stands")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    assert os.environ["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 def test_the_cpu_has_a_name():
