@@ -153,19 +153,22 @@ study-plugins: install
 	  --runs study-runs/plugins -o docs/plugins/study $(STUDY_ARGS)
 
 # "Distillation and guided alignment" (docs/distillation.md reads docs/distillation/*/report.md).
-# Guided alignment: the 20-minute recipe with and without eflomal's links of the training pairs
-# (`pip install eflomal`), one seed, two at a time on one thread each; then the markup bench of
-# both (tag placement against eflomal's links). About 30 minutes on 2 CPU cores.
+# Guided alignment: the 20-minute recipe without eflomal's links of the training pairs and with
+# them at weights 1.0, 0.3 and 0.1 (`pip install eflomal`), one seed, two at a time on one thread
+# each; then the markup bench of each (tag placement against eflomal's links). About an hour on 2
+# CPU cores.
 GUIDED := study-runs/guided
 study-guided: install
 	test -s $(GUIDED)/train.align || $(BIN)/python scripts/eflomal_links.py \
 	  --src $(MULTI30K)/train.de --tgt $(MULTI30K)/train.en -o $(GUIDED)/train.align
 	$(NMT) compare -c multi30k-luong-dot.yaml --set data.dir=$(MULTI30K) \
 	  --system 'plain: train.guided_alignment.weight=1.0' \
-	  --system 'guided: train.guided_alignment.links=[$(GUIDED)/train.align]' \
+	  --system 'guided: train.guided_alignment.links=[$(GUIDED)/train.align], train.guided_alignment.weight=1.0' \
+	  --system 'guided-0.3: train.guided_alignment.links=[$(GUIDED)/train.align], train.guided_alignment.weight=0.3' \
+	  --system 'guided-0.1: train.guided_alignment.links=[$(GUIDED)/train.align], train.guided_alignment.weight=0.1' \
 	  --seeds 1 --budget 20m --jobs 2 --threads 1 --extra val=$(MULTI30K)/val \
 	  --runs $(GUIDED) -o docs/distillation/guided $(STUDY_ARGS)
-	for run in plain guided; do $(BIN)/python scripts/markup_bench.py -m $(GUIDED)/$$run/seed1 \
+	for run in plain guided guided-0.3 guided-0.1; do $(BIN)/python scripts/markup_bench.py -m $(GUIDED)/$$run/seed1 \
 	  --src $(MULTI30K)/test_2016_flickr.de --ref $(MULTI30K)/test_2016_flickr.en \
 	  --train-src $(MULTI30K)/train.de --train-tgt $(MULTI30K)/train.en \
 	  --out docs/distillation/guided/markup-$$run; done
