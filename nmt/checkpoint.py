@@ -383,6 +383,13 @@ def _shares_storage(name: str, weights: dict[str, torch.Tensor], expected: dict[
     return any(expected[other].data_ptr() == pointer for other in weights if other in expected)
 
 
+def weights_file(path: Path | str) -> Path:
+    """The file that holds the weights of whatever a user gives as `-m` (as `load_model` reads
+    it): a checkpoint file, a run directory's best checkpoint, a release's weights."""
+    local = resolve_model_path(path)
+    return local / RELEASE_WEIGHTS if is_release(local) else resolve_checkpoint(local)
+
+
 def load_model(path: Path | str, device: torch.device | str = "cpu") -> LoadedModel:
     """Whatever a user gives as `-m`: a checkpoint file, a run directory (its best checkpoint), a
     release directory, or `hf://user/repo[@revision]` (a release on the hub, cached)."""

@@ -9,11 +9,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="nmt-mpl-"))
 # The cores, fixed: nmt would take fewer threads while other processes run (nmt.machine), and
 # tests compare runs bit for bit, which holds only at one thread count (tests/test_machine.py
-# tests the choice itself). Under pytest-xdist (`make test` runs two workers) the cores are
-# shared out between the workers: two workers of two threads on two cores stall each other's
-# OpenMP threads.
-# The workers inherit the environment of the process that starts them, whose conftest ran first
-# with one worker counted: NMT_TESTS_THREADS says whose the count is, and only a user's stands.
+# tests the choice itself). Shared out between pytest-xdist's workers (`make test` runs two):
+# two workers of two threads on two cores stall each other's OpenMP threads. The workers inherit
+# the environment of the process that starts them, whose conftest counted one worker, so
+# NMT_TESTS_THREADS says whose the count is, and only a user's OMP_NUM_THREADS stands.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if "OMP_NUM_THREADS" in os.environ and "NMT_TESTS_THREADS" not in os.environ:
     os.environ["NMT_TESTS_THREADS"] = "user"

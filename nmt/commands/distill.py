@@ -106,21 +106,14 @@ def run_distill(
 
 def settings_of(plan: Plan, translator: TextTranslator) -> dict[str, Any]:
     """What the teacher's outputs depend on: a resumed distillation must have the same."""
+    from nmt.checkpoint import weights_file
+
     return {
-        "teachers": [{"path": str(t), **file_entry(teacher_file(t))} for t in plan.teachers],
+        "teachers": [{"path": str(t), **file_entry(weights_file(t))} for t in plan.teachers],
         "decode": dataclasses.asdict(translator.cfg),
         "precision": translator.precision.name,  # type: ignore[attr-defined]
         "chunk": plan.chunk,
     }
-
-
-def teacher_file(path: Path) -> Path:
-    """The file that holds a teacher's weights: a run's best checkpoint, a release's weights."""
-    from nmt.checkpoint import RELEASE_WEIGHTS, is_release, resolve_checkpoint
-    from nmt.hub import resolve_model_path
-
-    local = resolve_model_path(path)
-    return local / RELEASE_WEIGHTS if is_release(local) else resolve_checkpoint(local)
 
 
 def distill_corpus(plan: Plan, cfg: Config, say: Callable[[str], None], quiet: bool = False) -> str:
