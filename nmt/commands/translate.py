@@ -132,7 +132,7 @@ def run_translate(
     inputs = {"-i": input, **steering.inputs(), **{f"-m {m}": m for m in models}}
     folders = {"--plot-attention": opts.plot_attention}
     check_outputs({"-o": output, "--attention": opts.attention}, inputs, folders)
-    translator = load_engine(models, decode.overrides(), device, precision, engine)
+    translator = load_engine(models, decode.overrides(), device, precision, engine, not steering.shortlist)
     from nmt.machine import choose_threads  # torch: loaded with the engine, not with the command line
 
     threads = "" if engine == "onnx" else choose_threads()[1]  # on a busy machine: the free cores
@@ -150,9 +150,10 @@ def run_translate(
 
 
 def load_engine(
-    models: list[Path], overrides: dict, device: str, precision: str | None, engine: str
+    models: list[Path], overrides: dict, device: str, precision: str | None, engine: str, int8: bool = True
 ) -> TextTranslator:
-    """The torch translator (on `device`, in `precision`), or onnxruntime's of an export directory."""
+    """The torch translator (on `device`, in `precision`; `int8`: whether auto may take it), or
+    onnxruntime's of an export directory."""
     if engine == "onnx":
         if precision is not None:
             raise NMTError("--precision is for the torch engine; leave it out with --engine onnx")
@@ -161,7 +162,7 @@ def load_engine(
         return load_onnx_translator(models, overrides)
     from nmt.decode.translator import load_translator
 
-    return load_translator(models, overrides, device, precision)
+    return load_translator(models, overrides, device, precision, int8)
 
 
 def translate_files(

@@ -3,8 +3,8 @@
 The decoder step's matrix products dominate decoding: the output layer (hidden x vocabulary),
 W_c (or Bahdanau's W_o) and the LSTM. Their weights become int8 with one scale per tensor, and
 activations are quantised on the fly (fbgemm); the encoder and the attention stay fp32. This
-changes the outputs slightly (docs/performance.md has its BLEU and speed), so it is an option,
-never a default. OpenNMT-py offers the same for its RNNs.
+changes the outputs slightly (docs/performance.md has its BLEU and speed), so `auto` takes it
+only for a model whose BLEU check allows it (`nmt precision`). OpenNMT-py offers the same for its RNNs.
 
 It uses torch's eager dynamic quantisation (`torch.ao`), which torch marks deprecated in favour
 of torchao; torchao has no int8 LSTM for CPU, so its warnings are silenced here.
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from nmt.errors import NMTError
+from nmt.model.precision import INT8_LAYERS
 from nmt.model.seq2seq import Seq2Seq
 
 
@@ -35,8 +36,9 @@ def quantize_int8(model: Seq2Seq, device: torch.device) -> Seq2Seq:
 def _quantize(decoder: nn.Module) -> None:
     from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 
-    quantize_dynamic(decoder, {"rnn": default_dynamic_qconfig}, inplace=True)
-    for name in ("W_c", "W_o", "output_layer"):
+    rnn, *linears = INT8_LAYERS
+    quantize_dynamic(decoder, {rnn: default_dynamic_qconfig}, inplace=True)
+    for name in linears:
         if hasattr(decoder, name):
             setattr(decoder, name, _int8_linear(getattr(decoder, name)))
     decoder.quantized = True

@@ -177,19 +177,31 @@ QUANTIZE = ("none", "int8")  # the old --quantize's values
 
 
 def load_translator(
-    checkpoints: list[Path], overrides: dict, device: str = "cpu", precision: str | None = None
+    checkpoints: list[Path],
+    overrides: dict,
+    device: str = "cpu",
+    precision: str | None = None,
+    int8: bool = True,
 ) -> Translator:
     """A Translator for one model (a checkpoint, run directory, release directory or hf:// path;
     see `nmt.checkpoint.load_model`), or an ensemble of several; `overrides` replace the first
     model's `decode` settings; `precision`: auto (None), fp32, bf16 or int8, chosen by
-    `nmt.model.precision` and applied to every member."""
+    `nmt.model.precision` and applied to every member. `int8`: whether auto may take int8, for
+    one model whose BLEU check allows it (`nmt.bleucheck`)."""
     from nmt.checkpoint import load_model
     from nmt.device import resolve_device
     from nmt.model.precision import choose
 
     torch_device = resolve_device(device)
     loaded = [load_model(path, torch_device) for path in checkpoints]
-    choice = choose(precision, loaded[0].model, torch_device)
+    check, unused = None, ""
+    if int8 and len(checkpoints) == 1 and precision in (None, "auto") and torch_device.type == "cpu":
+        from nmt.bleucheck import read_check
+
+        check, unused = read_check(checkpoints[0])
+    choice = choose(precision, loaded[0].model, torch_device, check=check)
+    if unused:
+        choice = replace(choice, why=f"{unused}\n{choice.why}")
     for m in loaded:
         apply_precision(m.model, choice, torch_device)
     first = loaded[0]

@@ -10,13 +10,20 @@ where the CPU runs them at least `SPEED_UP` times faster, else fp32. Why 1.5x: o
 with AVX512-BF16 and no AMX, the bench model's products ran 1.5-2.1x faster in bf16 (1.9-2.0x
 summed, so a 2x line would have made the choice a coin flip between two such machines) and its
 decoding 1.3-1.5x at equal BLEU; a toy model's small products gain 1.2x, which the casts eat.
-It never picks int8: int8 changes the outputs more than bf16 does, by an amount no timing can
-tell (docs/performance.md has its BLEU); it is the user's to ask for.
+
+int8 changes the outputs more than bf16 does, by an amount no timing can tell, so `auto` takes it
+only for a model that carries a `BleuCheck` (`nmt precision` decodes a set in each precision and
+keeps the BLEU beside the weights) in which int8 lost at most `BLEU_TOLERANCE`, and only where
+the products int8 replaces run at least `SPEED_UP` times as fast as in the precision otherwise
+chosen (timed once, cached in int8.json). On a Zen 3 EPYC without bf16 units they ran 2.1x
+fp32's and the whole decoding 1.25-1.5x, within 0.1 BLEU.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +40,9 @@ SPEED_UP = 1.5  # bf16 chosen by `auto` only where the products run at least thi
 ROWS = 64  # rows a product is timed at: a decoding batch's step, a training step's cell
 REPEATS = 10  # timed calls of each precision (after three that warm it up)
 CACHE = MeasuredFile("precision.json", ("fp32", "bf16"), SHAPE)
+INT8_CACHE = MeasuredFile("int8.json", ("fp32", "int8"), SHAPE)
+INT8_LAYERS = ("rnn", "W_c", "W_o", "output_layer")  # the decoder's layers int8 decoding replaces
+BLEU_TOLERANCE = 0.2  # BLEU a model's check may lose in int8 for `auto` to take it
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 AUTO = "NMT_PRECISION"  # what `auto` (the default) stands for, when set: e.g. fp32 for a test suite
 
@@ -49,21 +59,51 @@ class Choice:
         return DTYPES.get(self.name, torch.float32)
 
 
-def product_shapes(model: nn.Module) -> list[tuple[int, int, int]]:
+@dataclass(frozen=True)
+class BleuCheck:
+    """The BLEU a model scored on one set in each precision, as `nmt precision` measured it and
+    kept beside its weights: what lets `auto` take int8."""
+
+    bleu: dict[str, float]  # precision -> BLEU
+    on: str  # the set and search, for the log: "val.de (1,014 lines, beam 5)"
+
+    @property
+    def int8_loss(self) -> float:
+        return self.bleu["fp32"] - self.bleu["int8"]
+
+    @property
+    def allows_int8(self) -> bool:
+        return self.int8_loss <= BLEU_TOLERANCE
+
+    def __str__(self) -> str:
+        return (
+            f"int8 scored {self.bleu['int8']:.2f} BLEU against fp32's {self.bleu['fp32']:.2f} on "
+            f"{self.on}, {BLEU_TOLERANCE:g} lower allowed"
+        )
+
+
+def product_shapes(model: nn.Module, layers: tuple[str, ...] | None = None) -> list[tuple[int, int, int]]:
     """(rows, out, inner) of every weight matrix of the model's decoder (the products of each
-    step: the cell, attention, W_c or W_o, the output layer), each shape once."""
+    step: the cell, attention, W_c or W_o, the output layer), or of those in `layers`, each
+    shape once."""
     decoder = getattr(model, "decoder", model)
     shapes = {
-        (ROWS, *p.shape) for name, p in decoder.named_parameters() if p.dim() == 2 and "embed" not in name
+        (ROWS, *p.shape)
+        for name, p in decoder.named_parameters()
+        if p.dim() == 2 and "embed" not in name and (layers is None or name.split(".")[0] in layers)
     }
     return sorted(shapes)
+
+
+def _inputs(rows: int, out: int, inner: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(rows, inner, generator=generator), torch.randn(out, inner, generator=generator)
 
 
 def time_precisions(rows: int, out: int, inner: int) -> dict[str, float]:
     """One product of that shape with the weight prepacked in fp32 and in bf16 (the input cast
     and the fp32 result included), ms (median of `REPEATS`)."""
-    generator = torch.Generator().manual_seed(0)
-    x, weight = torch.randn(rows, inner, generator=generator), torch.randn(out, inner, generator=generator)
+    x, weight = _inputs(rows, out, inner)
     packed = {
         name: torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype)) for name, dtype in DTYPES.items()
     }
@@ -76,17 +116,38 @@ def time_precisions(rows: int, out: int, inner: int) -> dict[str, float]:
         }
 
 
-def measured(shapes: list[tuple[int, int, int]]) -> tuple[dict[str, float], str]:
-    """The summed time of `shapes` in each precision, from the machine's cache or measured now
-    (and cached), and the line saying the cache was ignored ('' if not)."""
-    cached, note = CACHE.entries(machine_key())
-    totals = dict.fromkeys(DTYPES, 0.0)
+def time_int8(rows: int, out: int, inner: int) -> dict[str, float]:
+    """One product of that shape in fp32 (weight prepacked for oneDNN) and as int8 decoding runs
+    it (weight int8 and prepacked, the input quantised on the fly, a float result), ms."""
+    x, weight = _inputs(rows, out, inner)
+    fp32 = torch.ops.mkldnn._reorder_linear_weight(weight)
+    scale = float(weight.abs().max()) / 127
+    with warnings.catch_warnings():  # torch deprecates its quantised tensors for torchao's (quantize.py)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        quantized = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
+    int8 = torch.ops.quantized.linear_prepack(quantized, None)
+    with torch.inference_mode():
+        return {
+            "fp32": milliseconds(lambda: linear._onednn(x, fp32, None, packed=True), REPEATS),
+            "int8": milliseconds(lambda: torch.ops.quantized.linear_dynamic(x, int8, True), REPEATS),
+        }
+
+
+def measured(
+    shapes: list[tuple[int, int, int]], cache: MeasuredFile, timer: Callable[..., dict[str, float]]
+) -> tuple[dict[str, float], str]:
+    """The summed time of `shapes` in each of `cache`'s precisions, from the machine's cache or
+    measured now by `timer` (and cached), and the line saying the cache was ignored ('' if
+    not). The first precision is the reference a faster one is chosen against."""
+    cached, note = cache.entries(machine_key())
+    reference, other = cache.choices
+    totals = dict.fromkeys(cache.choices, 0.0)
     for shape in shapes:
         key = " x ".join(map(str, shape))
         if key not in cached:
-            timings = time_precisions(*shape)
-            faster = "bf16" if timings["bf16"] * SPEED_UP <= timings["fp32"] else "fp32"
-            cached[key] = CACHE.save(machine_key(), key, Entry(faster, timings))
+            timings = timer(*shape)
+            faster = other if timings[other] * SPEED_UP <= timings[reference] else reference
+            cached[key] = cache.save(machine_key(), key, Entry(faster, timings))
         for name in totals:
             totals[name] += cached[key].ms[name]
     return totals, note
@@ -107,10 +168,15 @@ def resolve(asked: str | None, allowed: tuple[str, ...] = DECODING) -> str:
 
 
 def choose(
-    asked: str | None, model: nn.Module, device: torch.device, allowed: tuple[str, ...] = DECODING
+    asked: str | None,
+    model: nn.Module,
+    device: torch.device,
+    allowed: tuple[str, ...] = DECODING,
+    check: BleuCheck | None = None,
 ) -> Choice:
     """The precision to run `model` in on `device`: the user's (`asked`), or for `auto` (and
-    None) the faster of fp32 and bf16 on this CPU by `SPEED_UP`; on other devices fp32."""
+    None) the faster of fp32 and bf16 on this CPU by `SPEED_UP`, and int8 over that where
+    `check` allows it and the CPU runs it `SPEED_UP` times faster still; on other devices fp32."""
     by_environment = asked in (None, "auto") and bool(os.environ.get(AUTO))
     asked = resolve(asked, allowed)
     given = f"{AUTO}={asked}" if by_environment else "asked"
@@ -126,9 +192,21 @@ def choose(
                 "than fp32",
             )
         return Choice(asked, f"precision: {asked} ({given})")
+    chosen = _fp32_or_bf16(model)
+    if check is None or "int8" not in allowed:
+        return chosen
+    if not check.allows_int8:
+        return Choice(
+            chosen.name,
+            f"{chosen.why}; not int8: {check}",
+        )
+    return _int8_if_faster(model, chosen, check)
+
+
+def _fp32_or_bf16(model: nn.Module) -> Choice:
     if not linear.BF16_UNITS:
         return Choice("fp32", "precision: fp32 (auto: this CPU has no bf16 units oneDNN can use)")
-    totals, note = measured(product_shapes(model))
+    totals, note = measured(product_shapes(model), CACHE, time_precisions)
     ratio = totals["fp32"] / max(totals["bf16"], 1e-9)
     name = "bf16" if ratio >= SPEED_UP else "fp32"
     why = (
@@ -138,15 +216,42 @@ def choose(
     return Choice(name, f"{note}\n{why}" if note else why)
 
 
+def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choice:
+    """int8, where the products it replaces run `SPEED_UP` times as fast as in `chosen`'s
+    precision (bf16's time from its own cache), else `chosen`, with why."""
+    shapes = product_shapes(model, INT8_LAYERS)
+    totals, note = measured(shapes, INT8_CACHE, time_int8)
+    against = totals["fp32"]
+    if chosen.name == "bf16":
+        by_dtype = measured(shapes, CACHE, time_precisions)[0]
+        against *= by_dtype["bf16"] / max(by_dtype["fp32"], 1e-9)
+    ratio = against / max(totals["int8"], 1e-9)
+    if ratio < SPEED_UP:
+        why = f"{chosen.why}; not int8: {ratio:.2f}x as fast as {chosen.name}, {SPEED_UP:g}x needed"
+        return Choice(chosen.name, f"{note}\n{why}" if note else why)
+    why = (
+        f"precision: int8 (auto: the products it replaces run {ratio:.2f}x as fast as in "
+        f"{chosen.name} on this CPU, {SPEED_UP:g}x needed, and {check}; timed once, kept in "
+        f"{INT8_CACHE.path})"
+    )
+    return Choice("int8", f"{note}\n{why}" if note else why)
+
+
 def report() -> str:
-    """`nmt env --bench`: this machine's measured products, one line a shape ('' when none)."""
-    entries, note = CACHE.by_shape(machine_key())
-    if note or not entries:
-        return note
-    lines = [f"precision, the products measured when a model first ran on auto ({CACHE.path}):"]
-    for key, entry in entries:
-        ratio = entry.ms["fp32"] / max(entry.ms["bf16"], 1e-9)
-        lines.append(
-            f"  {key:20} fp32 {entry.ms['fp32']:6.2f} ms, bf16 {entry.ms['bf16']:6.2f} ms ({ratio:.1f}x)"
-        )
+    """`nmt env --bench`: this machine's measured products, one line a shape and cache ('' when
+    none)."""
+    lines = []
+    for cache, use in ((CACHE, "a model first ran on auto"), (INT8_CACHE, "auto first weighed int8")):
+        entries, note = cache.by_shape(machine_key())
+        if note or not entries:
+            lines += [note] if note else []
+            continue
+        reference, other = cache.choices
+        lines.append(f"precision, the products measured when {use} ({cache.path}):")
+        for key, entry in entries:
+            ms = entry.ms
+            ratio = ms[reference] / max(ms[other], 1e-9)
+            lines.append(
+                f"  {key:20} {reference} {ms[reference]:6.2f} ms, {other} {ms[other]:6.2f} ms ({ratio:.1f}x)"
+            )
     return "\n".join(lines)

@@ -108,7 +108,8 @@ def serve(models: list[str], options: ServeOptions) -> None:
     sock = bind(options.host, options.port)  # first: a busy port fails before minutes of loading
     try:
         translators = {
-            name: load_translator([path], {}, options.device, options.precision)
+            # auto weighs int8 only without shortlists, which cut the output layer int8 replaces
+            name: load_translator([path], {}, options.device, options.precision, not options.shortlists)
             for name, path in named.items()
         }
         translators = with_shortlists(translators, options.shortlists)

@@ -158,6 +158,45 @@ def test_a_real_measurement_times_both_precisions():
     assert set(timings) == {"fp32", "bf16"} and all(ms > 0 for ms in timings.values())
 
 
+class Int8Model(torch.nn.Module):
+    """A decoder with the layers int8 decoding replaces, and one it keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.decoder = torch.nn.Module()
+        self.decoder.output_layer = torch.nn.Linear(8, 50)
+        self.decoder.W_c = torch.nn.Linear(16, 8)
+        self.decoder.attention = torch.nn.Linear(8, 8, bias=False)
+
+
+def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeypatch):
+    monkeypatch.setattr(linear, "BF16_UNITS", True)
+    monkeypatch.setattr(precision, "time_precisions", timed(3.0, []))  # bf16: 3x fp32
+    timed_int8 = []
+
+    def int8_at(ms: float):
+        return lambda *shape: timed_int8.append(shape) or {"fp32": 3.0, "int8": ms}
+
+    monkeypatch.setattr(precision, "time_int8", int8_at(1.0))  # int8: 3x fp32, so bf16's speed
+    cpu, check = torch.device("cpu"), precision.BleuCheck({"fp32": 30.0, "int8": 29.9}, "a set")
+    same = precision.choose("auto", Int8Model(), cpu, check=check)
+    assert same.name == "bf16" and same.why.endswith("; not int8: 1.00x as fast as bf16, 1.5x needed")
+    assert timed_int8 == [(64, 8, 16), (64, 50, 8)]  # W_c and the output layer, not the attention
+    assert precision.choose("auto", Int8Model(), cpu, precision.TRAINING, check).name == "bf16"
+
+    precision.INT8_CACHE.path.unlink()
+    monkeypatch.setattr(precision, "time_int8", int8_at(0.5))
+    faster = precision.choose("auto", Int8Model(), cpu, check=check)
+    assert faster.name == "int8" and "the products it replaces run 2.00x as fast as in bf16" in faster.why
+    assert "int8 scored 29.90 BLEU against fp32's 30.00 on a set, 0.2 lower allowed" in faster.why
+    assert "64 x 50 x 8" in precision.report().split("auto first weighed int8")[1]
+
+
+def test_a_real_measurement_times_fp32_and_int8():
+    timings = precision.time_int8(8, 64, 32)
+    assert set(timings) == {"fp32", "int8"} and all(ms > 0 for ms in timings.values())
+
+
 # -- training ---------------------------------------------------------------------------------
 
 
