@@ -88,7 +88,10 @@ def checked(model, fp32: float, int8: float) -> BleuCheck:
 
 def test_auto_takes_int8_for_checked_weights_where_it_runs_fast_enough(model, toy_dir, monkeypatch):
     plain = translate(model, toy_dir)  # no check yet: fp32, and nothing timed
-    assert "precision: fp32 (auto: this CPU has no bf16 units oneDNN can use)" in plain.stderr
+    assert (
+        "precision: fp32 (auto: this CPU has no bf16 units oneDNN can use); int8 is weighed once "
+        f"`nmt precision -m {model}` checks its BLEU"
+    ) in plain.stderr
     checked(model, 30.0, 29.85)
     timed = []
     monkeypatch.setattr(precision, "time_int8", lambda *shape: timed.append(shape) or int8_runs(2.0)())

@@ -190,18 +190,23 @@ def load_translator(
     one model whose BLEU check allows it (`nmt.bleucheck`)."""
     from nmt.checkpoint import load_model
     from nmt.device import resolve_device
-    from nmt.model.precision import choose
+    from nmt.model.precision import choose, resolve
 
     torch_device = resolve_device(device)
     loaded = [load_model(path, torch_device) for path in checkpoints]
     check, unused = None, ""
-    if int8 and len(checkpoints) == 1 and precision in (None, "auto") and torch_device.type == "cpu":
+    single_on_cpu = len(checkpoints) == 1 and torch_device.type == "cpu"
+    weigh_int8 = int8 and single_on_cpu and resolve(precision) == "auto"
+    if weigh_int8:
         from nmt.bleucheck import read_check
 
         check, unused = read_check(checkpoints[0])
     choice = choose(precision, loaded[0].model, torch_device, check=check)
     if unused:
         choice = replace(choice, why=f"{unused}\n{choice.why}")
+    elif weigh_int8 and check is None:
+        hint = f"; int8 is weighed once `nmt precision -m {checkpoints[0]}` checks its BLEU"
+        choice = replace(choice, why=choice.why + hint)
     for m in loaded:
         apply_precision(m.model, choice, torch_device)
     first = loaded[0]
