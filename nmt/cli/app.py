@@ -156,7 +156,8 @@ PrecisionOption = Annotated[
     Literal["auto", "fp32", "bf16", "int8"] | None,
     typer.Option(
         help="CPU products: auto (default) takes bf16 where this CPU runs the model's at least 1.5x "
-        "faster in it, else fp32; int8: an int8 decoder. bf16 and int8 change outputs slightly.",
+        "faster in it, else fp32, and int8 where it is 1.5x faster still and `nmt precision` found it "
+        "within 0.2 BLEU; int8: an int8 decoder. bf16 and int8 change outputs slightly.",
         rich_help_panel=SPEED,
     ),
 ]
