@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nmt.checkpoint import weights_file
 from nmt.fileio import DIGESTS, atomic_write_text
 from nmt.jsonvalues import JSONError, read_json
 from nmt.model.precision import BleuCheck
@@ -38,10 +37,9 @@ def weights_digest(weights: Path) -> str:
     return DIGESTS["sha256"](weights)
 
 
-def read_check(model: Path | str) -> tuple[BleuCheck | None, str]:
-    """The check kept beside `model`'s weights (a checkpoint, run or release, as `-m` takes it),
-    and one line when a record is there but not used ('' when none is there, or it is used)."""
-    weights = weights_file(model)
+def read_check(weights: Path, model: Path | str) -> tuple[BleuCheck | None, str]:
+    """The check kept beside `weights` (the file holding the weights of `model`, as the user
+    named it), and one line when a record is there but not used ('' when none is, or it is)."""
     path = record_path(weights)
     if not path.is_file():
         return None, ""

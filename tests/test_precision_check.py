@@ -144,7 +144,7 @@ def test_a_check_of_other_weights_or_a_damaged_one_is_said_and_not_used(model, t
     record_path(weights).write_text('{"weights_sha256": "x", "on": "v", "bleu": {"fp32": 1}}')
     damaged = translate(model, toy_dir).stderr
     assert f"{record_path(weights)}: " in damaged and "no field 'int8'" in damaged
-    assert read_check(model)[0] is None
+    assert read_check(weights, model)[0] is None
 
 
 def test_a_shortlist_and_an_ensemble_keep_auto_off_int8(model, monkeypatch):

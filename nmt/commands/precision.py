@@ -90,7 +90,7 @@ def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: di
     )
     seconds = {row.precision: round(row.seconds, 3) for row in rows}
     path = write_check(weights, digest, check, {"seconds": seconds, "threads": threads, "src": str(src)})
-    read, _ = read_check(model)  # as every later `auto` will
+    read, _ = read_check(weights, model)  # as every later `auto` will
     auto = choose(None, loaded.model, torch.device("cpu"), check=read)
     table = [f"{'precision':10} {'BLEU':>6} {'seconds':>8} {'lines/s':>8}"]
     for row in rows:

@@ -199,8 +199,9 @@ def load_translator(
     weigh_int8 = int8 and single_on_cpu and resolve(precision) == "auto"
     if weigh_int8:
         from nmt.bleucheck import read_check
+        from nmt.checkpoint import weights_file
 
-        check, unused = read_check(checkpoints[0])
+        check, unused = read_check(weights_file(checkpoints[0]), checkpoints[0])
     choice = choose(precision, loaded[0].model, torch_device, check=check)
     if unused:
         choice = replace(choice, why=f"{unused}\n{choice.why}")
