@@ -93,7 +93,7 @@ def bf16_units() -> bool:
 def bf16_line() -> str:
     """`nmt env`: the CPU's bf16 units, which `--precision auto` needs."""
     if not bf16_units():
-        return "bf16 units: none oneDNN can use (precision auto stays fp32)"
+        return "bf16 units: none oneDNN can use (auto: fp32, or int8 for a model `nmt precision` checked)"
     kinds = [
         name
         for name, has in (

@@ -176,7 +176,13 @@ options += f" --cpu-threads {threads} --max-length-factor 1.25 --gemm-type {gemm
 lines = open(src, encoding="utf-8").read().splitlines()
 open(out, "w", encoding="utf-8").write("\\n".join(pymarian.Translator(options).translate(lines)) + "\\n")
 """
-MARIAN_GEMM = {"auto": "float32", "fp32": "float32", "int8": "packed8avx512"}  # bf16: none on CPU
+# Marian's int8 (fbgemm, packed): its AVX-512 kernels where the CPU has them, else its AVX2 ones
+AVX512 = (
+    " avx512f " in Path("/proc/cpuinfo").read_text(errors="replace")
+    if Path("/proc/cpuinfo").exists()
+    else False
+)
+MARIAN_GEMM = {"auto": "float32", "fp32": "float32", "int8": "packed8avx512" if AVX512 else "packed8avx2"}
 
 
 @functools.cache
@@ -349,6 +355,7 @@ def translate_command(
             "-src", str(work / "sp" / f"{name}.de"), "-output", str(out), "-beam_size", str(beam),
             "-batch_size", "64", "-batch_type", "sents", "-max_length", "250",
             "-max_length_ratio", "1.25", "-report_time", "-gpu", "-1",
+            *(["-precision", "int8"] if precision == "int8" else []),  # its torch dynamic quantisation
         ]  # fmt: skip
     elif peer == "marian":
         if precision not in MARIAN_GEMM:

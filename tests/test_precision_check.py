@@ -72,6 +72,7 @@ def test_the_check_keeps_the_bleu_of_each_precision_as_translate_and_sacrebleu_g
     assert record["weights_sha256"] == weights_digest(weights_file(model))
     assert record["on"] == f"valid.human ({len(refs):,} lines, beam 1)"
     assert set(record["seconds"]) == {"fp32", "int8"} and record["src"] == str(toy_dir / "valid.human")
+    assert record["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     check = BleuCheck(record["bleu"], record["on"])
     assert printed[-2] == f"wrote {record_path(weights_file(model))}: {check}"
     expected = "int8 (auto: the products it replaces run 2.00x" if check.allows_int8 else "fp32"

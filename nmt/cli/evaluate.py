@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from nmt.cli.app import DeviceOption, app, model_option, user_errors
+from nmt.cli.app import MODEL, SEARCH, SPEED, DeviceOption, app, model_option, user_errors
 
 # sacreBLEU's tokenizers (sacrebleu.metrics.BLEU.TOKENIZERS; a test keeps the two in step)
 Tokenizer = Literal[
@@ -94,16 +94,23 @@ RequiredModelOption = Annotated[Path, model_option("The model to check: a checkp
 CheckSrcOption = Annotated[
     Path | None,
     typer.Option(
-        "--src", metavar="PATH", help="Source sentences to check on (default: the model's validation split)."
+        "--src",
+        metavar="PATH",
+        help="Source sentences to check on (default: the model's validation split).",
+        rich_help_panel=MODEL,
     ),
 ]
 CheckRefOption = Annotated[
-    Path | None, typer.Option("--ref", "-r", metavar="PATH", help="Their references (with --src).")
+    Path | None,
+    typer.Option("--ref", "-r", metavar="PATH", help="Their references (with --src).", rich_help_panel=MODEL),
 ]
 CheckBeamOption = Annotated[
-    int | None, typer.Option(min=1, metavar="INT", help="Beam size (default: the model's).")
+    int | None,
+    typer.Option(min=1, metavar="INT", help="Beam size (default: the model's).", rich_help_panel=SEARCH),
 ]
-BatchOption = Annotated[int | None, typer.Option(min=1, metavar="INT", help="Sentences per batch.")]
+BatchOption = Annotated[
+    int | None, typer.Option(min=1, metavar="INT", help="Sentences per batch.", rich_help_panel=SPEED)
+]
 
 
 @app.command()

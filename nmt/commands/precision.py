@@ -22,6 +22,7 @@ class Measured:
     precision: str
     bleu: float
     seconds: float
+    signature: str  # sacreBLEU's
 
 
 def check_set(cfg: Config, src: Path | None, ref: Path | None) -> tuple[Path, Path]:
@@ -59,7 +60,7 @@ def decode_in(
     hyps = [t.text for t in translator.translate(src_lines, attention=False)]
     seconds = time.perf_counter() - start
     report = evaluate({precision: hyps}, [refs], EvalOptions(bootstrap=0))
-    return Measured(precision, report.systems[0].scores["BLEU"], seconds)
+    return Measured(precision, report.systems[0].scores["BLEU"], seconds, report.signatures["BLEU"])
 
 
 def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: dict) -> str:
@@ -89,7 +90,8 @@ def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: di
         {row.precision: row.bleu for row in rows}, f"{src.name} ({len(src_lines):,} lines, beam {beam})"
     )
     seconds = {row.precision: round(row.seconds, 3) for row in rows}
-    path = write_check(weights, digest, check, {"seconds": seconds, "threads": threads, "src": str(src)})
+    details = {"seconds": seconds, "threads": threads, "src": str(src), "signature": rows[0].signature}
+    path = write_check(weights, digest, check, details)
     read, _ = read_check(weights, model)  # as every later `auto` will
     auto = choose(None, loaded.model, torch.device("cpu"), check=read)
     table = [f"{'precision':10} {'BLEU':>6} {'seconds':>8} {'lines/s':>8}"]
