@@ -23,7 +23,7 @@ CORE = [
     ["nmt.plots", "nmt.rundir", "nmt.measured"],
     ["nmt.data", "nmt.evaluate"],
     ["nmt.model"],
-    ["nmt.checkpoint", "nmt.text", "nmt.bleucheck"],
+    ["nmt.checkpoint", "nmt.text"],
     ["nmt.decode", "nmt.runtime"],
     ["nmt.train"],
 ]

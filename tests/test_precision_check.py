@@ -1,4 +1,4 @@
-"""`nmt precision` and `auto` taking int8 (nmt.commands.precision, nmt.bleucheck,
+"""`nmt precision` and `auto` taking int8 (nmt.commands.precision, nmt.decode.bleucheck,
 nmt.model.precision): the check decodes a set in each precision and keeps their BLEU beside the
 weights; `auto` takes int8 for those weights alone, only where int8 lost at most 0.2 BLEU and its
 products run 1.5x as fast; the user's choice, a shortlist and an ensemble keep it off."""
@@ -10,9 +10,9 @@ import pytest
 import sacrebleu
 from typer.testing import CliRunner
 
-from nmt.bleucheck import read_check, record_path, weights_digest, write_check
 from nmt.checkpoint import load_model, weights_file
 from nmt.cli import app
+from nmt.decode.bleucheck import read_check, record_path, weights_digest, write_check
 from nmt.model import linear, precision
 from nmt.model.precision import BleuCheck
 from tests.test_end_to_end import train_toy

@@ -1,5 +1,5 @@
 """`nmt precision` as a function: decode one set in each precision this CPU runs, score each,
-keep the BLEU check beside the model's weights (`nmt.bleucheck`), and say what `auto` now takes.
+keep the BLEU check beside the model's weights (`nmt.decode.bleucheck`), say what `auto` takes.
 
 Why a command: int8 is the fast unit of a CPU without bf16 units (1.25-1.5x fp32's decoding on a
 Zen 3 EPYC), but what it costs in BLEU depends on the model, and only decoding tells; once a
@@ -8,21 +8,11 @@ model's check shows int8 within `BLEU_TOLERANCE` of fp32, every later `auto` may
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.config import Config
 from nmt.errors import NMTError
 from nmt.fileio import read_lines
-
-
-@dataclass(frozen=True)
-class Measured:
-    precision: str
-    bleu: float
-    seconds: float
-    signature: str  # sacreBLEU's
 
 
 def check_set(cfg: Config, src: Path | None, ref: Path | None) -> tuple[Path, Path]:
@@ -42,35 +32,13 @@ def check_set(cfg: Config, src: Path | None, ref: Path | None) -> tuple[Path, Pa
     )
 
 
-def precisions() -> tuple[str, ...]:
-    """What this CPU decodes in: bf16 only where it has the units (emulated, it says nothing)."""
-    from nmt.model.linear import BF16_UNITS
-
-    return ("fp32", "bf16", "int8") if BF16_UNITS else ("fp32", "int8")
-
-
-def decode_in(
-    model: Path, precision: str, src_lines: list[str], refs: list[str], overrides: dict
-) -> Measured:
-    from nmt.decode.translator import load_translator
-    from nmt.evaluate.scoring import EvalOptions, evaluate
-
-    translator = load_translator([model], overrides, "cpu", precision)
-    start = time.perf_counter()
-    hyps = [t.text for t in translator.translate(src_lines, attention=False)]
-    seconds = time.perf_counter() - start
-    report = evaluate({precision: hyps}, [refs], EvalOptions(bootstrap=0))
-    return Measured(precision, report.systems[0].scores["BLEU"], seconds, report.signatures["BLEU"])
-
-
 def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: dict) -> str:
     """The whole `nmt precision`; returns what to print."""
     import torch
 
-    from nmt.bleucheck import read_check, weights_digest, write_check
     from nmt.checkpoint import load_model, weights_file
-    from nmt.machine import choose_threads
-    from nmt.model.precision import BleuCheck, choose
+    from nmt.decode.bleucheck import check_model, read_check
+    from nmt.model.precision import choose
 
     weights = weights_file(model)
     loaded = load_model(model)
@@ -80,18 +48,8 @@ def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: di
         raise NMTError(
             f"precision: {src} has {len(src_lines):,} lines and {ref} {len(refs):,}; give a parallel set"
         )
-    digest = weights_digest(weights)
-    threads = choose_threads()[0]
-    rows = [decode_in(model, name, src_lines, refs, overrides) for name in precisions()]
-    if weights_digest(weights) != digest:
-        raise NMTError(f"precision: {weights} changed while it was checked; run nmt precision again")
     beam = overrides.get("beam") or loaded.config.decode.beam
-    check = BleuCheck(
-        {row.precision: row.bleu for row in rows}, f"{src.name} ({len(src_lines):,} lines, beam {beam})"
-    )
-    seconds = {row.precision: round(row.seconds, 3) for row in rows}
-    details = {"seconds": seconds, "threads": threads, "src": str(src), "signature": rows[0].signature}
-    path = write_check(weights, digest, check, details)
+    check, rows, path = check_model(model, weights, src, src_lines, refs, overrides, beam)
     read, _ = read_check(weights, model)  # as every later `auto` will
     auto = choose(None, loaded.model, torch.device("cpu"), check=read)
     table = [f"{'precision':10} {'BLEU':>6} {'seconds':>8} {'lines/s':>8}"]

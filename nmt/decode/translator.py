@@ -187,7 +187,7 @@ def load_translator(
     see `nmt.checkpoint.load_model`), or an ensemble of several; `overrides` replace the first
     model's `decode` settings; `precision`: auto (None), fp32, bf16 or int8, chosen by
     `nmt.model.precision` and applied to every member. `int8`: whether auto may take int8, for
-    one model whose BLEU check allows it (`nmt.bleucheck`)."""
+    one model whose BLEU check allows it (`nmt.decode.bleucheck`)."""
     from nmt.checkpoint import load_model
     from nmt.device import resolve_device
     from nmt.model.precision import choose, resolve
@@ -198,8 +198,8 @@ def load_translator(
     single_on_cpu = len(checkpoints) == 1 and torch_device.type == "cpu"
     weigh_int8 = int8 and single_on_cpu and resolve(precision) == "auto"
     if weigh_int8:
-        from nmt.bleucheck import read_check
         from nmt.checkpoint import weights_file
+        from nmt.decode.bleucheck import read_check
 
         check, unused = read_check(weights_file(checkpoints[0]), checkpoints[0])
     choice = choose(precision, loaded[0].model, torch_device, check=check)

@@ -2,7 +2,8 @@
 fp32 or fp16), `config.yaml` (what translating needs: model, decoding, data limits), the
 SentencePiece model(s), optionally a lexical shortlist for it (`shortlist.npz`, `nmt shortlist`),
 `manifest.json` (the sha256 of the weights, tokenizers and shortlist, checked whenever the release
-loads) and a model card (`README.md`). Every `-m` option loads it
+loads), a model card (`README.md`) and, with a test set, the BLEU check that lets `auto` decode it
+in int8 (`model.safetensors.bleu-check.json`). Every `-m` option loads it
 (`nmt.checkpoint.load_model`) without any pickle.
 """
 
@@ -26,6 +27,7 @@ from nmt.checkpoint import (
 from nmt.config import Config
 from nmt.errors import NMTError
 from nmt.fileio import atomic_copy, atomic_write, atomic_write_text, file_entry, read_lines, staged_directory
+from nmt.model.precision import BleuCheck
 from nmt.rundir import CHECKPOINTS, METRICS, read_metrics
 from nmt.ship.card import TestScores, model_card
 from nmt.text.shortlist import Shortlist
@@ -42,6 +44,7 @@ class ReleaseSummary:
     release_bytes: int
     weights_bytes: int
     scores: TestScores | None
+    check: BleuCheck | None = None  # the release's BLEU in each CPU precision, kept beside it
 
     def lines(self) -> list[str]:
         ratio = self.checkpoint_bytes / self.release_bytes
@@ -52,6 +55,9 @@ class ReleaseSummary:
         ]
         if self.scores:
             out.append(f"test BLEU {self.scores.bleu:.2f} chrF {self.scores.chrf:.2f} ({self.scores.source})")
+        if self.check:
+            verdict = "may take int8 where it runs faster" if self.check.allows_int8 else "stays off int8"
+            out.append(f"BLEU check: {self.check}; auto {verdict}")
         return out
 
 
@@ -135,6 +141,16 @@ def score_release(directory: Path, files: tuple[Path, Path], device: str) -> Tes
     )
 
 
+def check_release(directory: Path, files: tuple[Path, Path], beam: int) -> BleuCheck:
+    """The release's BLEU check on the test set (`nmt.decode.bleucheck`), beside its weights and
+    outside the manifest (`nmt precision` may write it again), so `auto` may take int8 for it
+    wherever it is served."""
+    from nmt.decode.bleucheck import check_model
+
+    src_lines, refs = read_lines(files[0]), read_lines(files[1])
+    return check_model(directory, directory / RELEASE_WEIGHTS, files[0], src_lines, refs, {}, beam)[0]
+
+
 def write_manifest(directory: Path, names: list[str]) -> None:
     """manifest.json: the size and sha256 of the files a translator reads as bytes, written
     after them. config.yaml and the card are left out: text a user may edit on purpose, and
@@ -185,9 +201,10 @@ def release(
         write_manifest(tmp, [RELEASE_WEIGHTS, *loaded.tokenizers.save(tmp), *stored, *plugin_files])
         files = test_files(loaded.config, test_src, test_ref)
         scores = score_release(tmp, files, device) if files else None  # loads it, manifest checked
+        check = check_release(tmp, files, loaded.config.decode.beam) if files else None
         metrics = read_metrics(run_dir) if run_dir else []
         card = model_card(loaded, metrics, scores, fp16, len(weights), output.name)
         atomic_write_text(tmp / CARD, card)
     return ReleaseSummary(
-        output, checkpoint, checkpoint.stat().st_size, directory_bytes(output), len(weights), scores
+        output, checkpoint, checkpoint.stat().st_size, directory_bytes(output), len(weights), scores, check
     )

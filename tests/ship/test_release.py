@@ -36,6 +36,7 @@ def test_release_holds_weights_config_tokenizer_and_card(released, toy_run):
         "config.yaml",
         "manifest.json",
         "model.safetensors",
+        "model.safetensors.bleu-check.json",  # its BLEU in each precision, for auto's int8
         "spm.model",
     ]
     checkpoint = resolve_checkpoint(toy_run).stat().st_size
@@ -48,6 +49,20 @@ def test_release_holds_weights_config_tokenizer_and_card(released, toy_run):
     card = (out / "README.md").read_text()
     for expected in ("human -> iso", "`general`", "parameters", "30 steps", "nrefs:1|case:mixed", "chrF"):
         assert expected in card, expected
+
+
+def test_a_release_with_a_test_set_carries_its_bleu_check(released, toy_dir):
+    from nmt.decode.bleucheck import read_check
+
+    out, output = released
+    check, unused = read_check(out / "model.safetensors", out)  # as auto reads it where served
+    assert unused == "" and set(check.bleu) >= {"fp32", "int8"}
+    lines, beam = len(read_lines(toy_dir / "test.human")), load_model(out).config.decode.beam
+    assert check.on == f"test.human ({lines:,} lines, beam {beam})"
+    card_bleu = next(line for line in output.splitlines() if line.startswith("test BLEU ")).split()[2]
+    assert f"{check.bleu['fp32']:.2f}" == card_bleu  # the card's fp32 decode, scored alike
+    verdict = "may take int8 where it runs faster" if check.allows_int8 else "stays off int8"
+    assert f"BLEU check: {check}; auto {verdict}" in output
 
 
 def test_release_translates_byte_identically_and_loads_without_pickle(
