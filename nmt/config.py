@@ -84,6 +84,11 @@ class DataConfig:
         factory=list, doc="several training corpora, each with a weight and a tag, in place of `train`"
     )
 
+    def text_files(self, split: str) -> tuple[Path, Path] | None:
+        """A split's source and target files, when the data are text files that are here."""
+        src, tgt = (Path(self.dir) / f"{split}.{lang}" for lang in (self.src_lang, self.tgt_lang))
+        return (src, tgt) if self.format == "text" and src.is_file() and tgt.is_file() else None
+
 
 @dataclass
 class TokenizerConfig:

@@ -177,7 +177,7 @@ def test_without_files_the_check_takes_the_validation_split_when_its_text_is_her
     from nmt.errors import NMTError
 
     cfg = load_config("toy-luong.yaml", [f"data.dir={tmp_path}"])
-    with pytest.raises(NMTError, match=r"validation split \(.*valid.human, .*valid.iso\) is not here"):
+    with pytest.raises(NMTError, match=r"validation split \(.*/valid.human, .iso\) is not here"):
         check_set(cfg, None, None)
     for lang in ("human", "iso"):
         (tmp_path / f"valid.{lang}").write_text("a\n")

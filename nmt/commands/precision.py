@@ -22,13 +22,12 @@ def check_set(cfg: Config, src: Path | None, ref: Path | None) -> tuple[Path, Pa
         raise NMTError("precision: give both --src and --ref, or neither (the model's validation split)")
     if src is not None:
         return src, ref
+    if files := cfg.data.text_files(cfg.data.valid):
+        return files
     d = cfg.data
-    src, ref = (Path(d.dir) / f"{d.valid}.{lang}" for lang in (d.src_lang, d.tgt_lang))
-    if d.format == "text" and src.is_file() and ref.is_file():
-        return src, ref
     raise NMTError(
-        f"precision: the model's validation split ({src}, {ref}) is not here as text files; "
-        "give --src and --ref"
+        f"precision: the model's validation split ({d.dir}/{d.valid}.{d.src_lang}, .{d.tgt_lang}) is "
+        "not here as text files; give --src and --ref"
     )
 
 

@@ -114,9 +114,7 @@ def test_files(cfg: Config, test_src: Path | None, test_ref: Path | None) -> tup
         raise NMTError("release: give both --test-src and --test-ref, or neither")
     if test_src is not None:
         return test_src, test_ref
-    d = cfg.data
-    src, ref = (Path(d.dir) / f"{d.test}.{lang}" for lang in (d.src_lang, d.tgt_lang))
-    return (src, ref) if d.format == "text" and src.is_file() and ref.is_file() else None
+    return cfg.data.text_files(cfg.data.test)
 
 
 def score_release(directory: Path, files: tuple[Path, Path], device: str) -> TestScores:
