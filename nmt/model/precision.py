@@ -116,11 +116,18 @@ def time_precisions(rows: int, out: int, inner: int) -> dict[str, float]:
         }
 
 
+def _fp32_product(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """fp32 as decoding runs it: the weight prepacked for oneDNN, or F.linear where torch has none."""
+    if not linear.ONEDNN:
+        return lambda: torch.nn.functional.linear(x, weight)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    return lambda: linear._onednn(x, packed, None, packed=True)
+
+
 def time_int8(rows: int, out: int, inner: int) -> dict[str, float]:
-    """One product of that shape in fp32 (weight prepacked for oneDNN) and as int8 decoding runs
-    it (weight int8 and prepacked, the input quantised on the fly, a float result), ms."""
+    """One product of that shape in fp32 as decoding runs it and in int8 (the weight int8 and
+    prepacked, the input quantised on the fly, a float result), ms."""
     x, weight = _inputs(rows, out, inner)
-    fp32 = torch.ops.mkldnn._reorder_linear_weight(weight)
     scale = float(weight.abs().max()) / 127
     with warnings.catch_warnings():  # torch deprecates its quantised tensors for torchao's (quantize.py)
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
@@ -128,7 +135,7 @@ def time_int8(rows: int, out: int, inner: int) -> dict[str, float]:
     int8 = torch.ops.quantized.linear_prepack(quantized, None)
     with torch.inference_mode():
         return {
-            "fp32": milliseconds(lambda: linear._onednn(x, fp32, None, packed=True), REPEATS),
+            "fp32": milliseconds(_fp32_product(x, weight), REPEATS),
             "int8": milliseconds(lambda: torch.ops.quantized.linear_dynamic(x, int8, True), REPEATS),
         }
 

@@ -192,7 +192,9 @@ def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeyp
     assert "64 x 50 x 8" in precision.report().split("auto first weighed int8")[1]
 
 
-def test_a_real_measurement_times_fp32_and_int8():
+@pytest.mark.parametrize("onednn", [True, False])
+def test_a_real_measurement_times_fp32_and_int8(onednn, monkeypatch):
+    monkeypatch.setattr(linear, "ONEDNN", onednn)  # fp32 as decoding runs it: oneDNN, or F.linear
     timings = precision.time_int8(8, 64, 32)
     assert set(timings) == {"fp32", "int8"} and all(ms > 0 for ms in timings.values())
 
