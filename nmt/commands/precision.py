@@ -36,7 +36,7 @@ def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: di
     import torch
 
     from nmt.checkpoint import load_model, weights_file
-    from nmt.decode.bleucheck import check_model, read_check
+    from nmt.decode.bleucheck import check_model
     from nmt.model.precision import choose
 
     weights = weights_file(model)
@@ -49,8 +49,7 @@ def run_precision(model: Path, src: Path | None, ref: Path | None, overrides: di
         )
     beam = overrides.get("beam") or loaded.config.decode.beam
     check, rows, path = check_model(model, weights, src, src_lines, refs, overrides, beam)
-    read, _ = read_check(weights, model)  # as every later `auto` will
-    auto = choose(None, loaded.model, torch.device("cpu"), check=read)
+    auto = choose(None, loaded.model, torch.device("cpu"), check=check)
     table = [f"{'precision':10} {'BLEU':>6} {'seconds':>8} {'lines/s':>8}"]
     for row in rows:
         speed = len(src_lines) / max(row.seconds, 1e-9)

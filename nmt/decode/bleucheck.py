@@ -14,8 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt.errors import NMTError
 from nmt.fileio import DIGESTS, atomic_write_text
 from nmt.jsonvalues import JSONError, read_json
+from nmt.machine import choose_threads
 from nmt.model.precision import BleuCheck
 
 SUFFIX = ".bleu-check.json"
@@ -92,9 +94,6 @@ def check_model(
 ) -> tuple[BleuCheck, list[Measured], Path]:
     """`model` (whose weights are in `weights`) decoded on CPU in every precision of this CPU,
     the check written beside the weights; refused when the weights change meanwhile."""
-    from nmt.errors import NMTError
-    from nmt.machine import choose_threads
-
     digest = weights_digest(weights)
     threads = choose_threads()[0]
     rows = [decode_in(model, name, src_lines, refs, overrides) for name in precisions()]

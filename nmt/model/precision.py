@@ -203,10 +203,7 @@ def choose(
     if check is None or "int8" not in allowed:
         return chosen
     if not check.allows_int8:
-        return Choice(
-            chosen.name,
-            f"{chosen.why}; not int8: {check}",
-        )
+        return Choice(chosen.name, f"{chosen.why}; not int8: {check}")
     return _int8_if_faster(model, chosen, check)
 
 
@@ -220,7 +217,12 @@ def _fp32_or_bf16(model: nn.Module) -> Choice:
         f"precision: {name} (auto: the model's products run {ratio:.2f}x as fast in bf16 as in fp32 "
         f"on this CPU, {SPEED_UP:g}x needed for bf16; measured once, kept in {CACHE.path})"
     )
-    return Choice(name, f"{note}\n{why}" if note else why)
+    return Choice(name, _after(note, why))
+
+
+def _after(note: str, why: str) -> str:
+    """`why`, after the line saying a cache was ignored when there is one."""
+    return f"{note}\n{why}" if note else why
 
 
 def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choice:
@@ -235,13 +237,13 @@ def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choic
     ratio = against / max(totals["int8"], 1e-9)
     if ratio < SPEED_UP:
         why = f"{chosen.why}; not int8: {ratio:.2f}x as fast as {chosen.name}, {SPEED_UP:g}x needed"
-        return Choice(chosen.name, f"{note}\n{why}" if note else why)
+        return Choice(chosen.name, _after(note, why))
     why = (
         f"precision: int8 (auto: the products it replaces run {ratio:.2f}x as fast as in "
         f"{chosen.name} on this CPU, {SPEED_UP:g}x needed, and {check}; timed once, kept in "
         f"{INT8_CACHE.path})"
     )
-    return Choice("int8", f"{note}\n{why}" if note else why)
+    return Choice("int8", _after(note, why))
 
 
 def report() -> str:
