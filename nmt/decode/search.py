@@ -28,6 +28,7 @@ from torch import Tensor
 from nmt.allocator import FreePages
 from nmt.config import DecodeConfig
 from nmt.data.batching import pad_sources
+from nmt.decode.topk import best, top_k
 from nmt.decode.vocabulary import FixedVocabulary, Vocabulary
 from nmt.device import to_device
 from nmt.text.constraints import Candidate, Progress, allocate, banned
@@ -397,7 +398,7 @@ class GreedyPool(Pool):
 
     def choose(self, logp: Tensor) -> tuple[Tensor, Tensor]:
         """Each row's next token and its log-probability: the most probable."""
-        return logp.max(-1)
+        return best(logp)
 
     def forced(self) -> Tensor | None:
         return due([_next(row.source.prefix, len(row.tokens)) for row in self.live], self.device)
@@ -511,7 +512,7 @@ def best_candidates(scores: Tensor, logp: Tensor, K: int) -> tuple[Tensor, Tenso
     beam's best 2K tokens."""
     B = scores.size(0)
     per_beam = min(2 * K, logp.size(-1))
-    beam_logp, beam_token = logp.topk(per_beam, dim=-1)  # (B*K, per_beam)
+    beam_logp, beam_token = top_k(logp, per_beam)  # (B*K, per_beam)
     total = scores[:, :, None] + beam_logp.double().view(B, K, per_beam)
     top, idx = total.view(B, K * per_beam).topk(min(2 * K, K * per_beam), dim=1)
     return top, beam_token.view(B, K * per_beam).gather(1, idx), idx // per_beam, beam_token
