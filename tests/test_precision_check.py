@@ -104,9 +104,12 @@ def test_auto_takes_int8_for_checked_weights_where_it_runs_fast_enough(model, to
         "needed, and int8 scored 29.85 BLEU against fp32's 30.00 on valid.human (60 lines, beam 1), 0.2 "
         "lower allowed; timed once, kept in"
     ) in auto.stderr
-    decoder = load_model(model).model
-    assert timed == precision.product_shapes(decoder, precision.INT8_LAYERS)  # cell, W_c, output layer
-    assert len(timed) >= 3
+    seq2seq = load_model(model).model
+    assert timed == precision.product_shapes(seq2seq, precision.INT8_LAYERS)
+    encoder, decoder = seq2seq.encoder.rnn, seq2seq.decoder  # both LSTMs and the output layer
+    weights = (encoder.weight_ih_l0, encoder.weight_hh_l0, decoder.rnn.weight_hh_l0)
+    weights += (decoder.output_layer.weight,)
+    assert {(64, *w.shape) for w in weights} <= {*timed}
     translate(model, toy_dir)
     assert len(timed) == len({*timed})  # the second run read the machine's cache
     assert "auto first weighed int8" in invoke("env", "--bench").stdout
@@ -131,7 +134,7 @@ def test_auto_keeps_fp32_where_int8_lost_too_much_or_is_not_fast_enough(model, t
     assert translate(model, toy_dir).stdout == translate(model, toy_dir, "--precision", "fp32").stdout
 
 
-def test_a_check_of_other_weights_or_a_damaged_one_is_said_and_not_used(model, toy_dir, monkeypatch):
+def test_a_check_of_other_weights_or_another_int8_or_a_damaged_one_is_ignored(model, toy_dir, monkeypatch):
     monkeypatch.setattr(precision, "time_int8", lambda *shape: pytest.fail("timed without a check"))
     weights = weights_file(model)
     write_check(weights, "0" * 64, BleuCheck({"fp32": 30.0, "int8": 30.0}, "valid.human"), {})
@@ -141,6 +144,15 @@ def test_a_check_of_other_weights_or_a_damaged_one_is_said_and_not_used(model, t
         f"until `nmt precision -m {model}` checks these weights"
     ) in other
     assert "precision: fp32 (auto" in other
+
+    document = json.loads(record_path(weights).read_text())
+    earlier = {**document, "weights_sha256": weights_digest(weights), "int8_layers": ["decoder.rnn"]}
+    for record in (earlier, {key: value for key, value in earlier.items() if key != "int8_layers"}):
+        record_path(weights).write_text(json.dumps(record))
+        assert (
+            f"{record_path(weights)}: a check of an earlier int8, which quantised other layers; int8 not "
+            f"weighed until `nmt precision -m {model}` checks these weights"
+        ) in translate(model, toy_dir).stderr
 
     record_path(weights).write_text('{"weights_sha256": "x", "on": "v", "bleu": {"fp32": 1}}')
     damaged = translate(model, toy_dir).stderr

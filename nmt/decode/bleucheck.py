@@ -3,8 +3,9 @@ precision this CPU runs (`nmt precision`, `nmt release`), kept beside the file t
 weights (`best.pt` -> `best.pt.bleu-check.json`), so `auto` may decode that model in int8
 wherever it is loaded.
 
-The record names the weights by their sha256: a check of other weights (best.pt replaced by a
-later checkpoint, another file copied over it) is never trusted; it is ignored with one line.
+The record names the weights by their sha256 and the layers int8 replaced: a check of other
+weights (best.pt replaced by a later checkpoint, another file copied over it) or of another int8
+(one of an earlier nmt, whose encoder stayed fp32) is never trusted; it is ignored with one line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from nmt.errors import NMTError
 from nmt.fileio import DIGESTS, atomic_write_text
 from nmt.jsonvalues import JSONError, read_json
 from nmt.machine import choose_threads
-from nmt.model.precision import BleuCheck
+from nmt.model.precision import INT8_LAYERS, BleuCheck
 
 SUFFIX = ".bleu-check.json"
 NUMBER = (int, float)
@@ -33,7 +34,13 @@ def write_check(weights: Path, digest: str, check: BleuCheck, details: dict) -> 
     """The record of `check`, of the weights whose sha256 is `digest`, with `details` (timings,
     signature) for the reader; written whole or not at all."""
     path = record_path(weights)
-    document = {"weights_sha256": digest, "on": check.on, "bleu": check.bleu, **details}
+    document = {
+        "weights_sha256": digest,
+        "int8_layers": list(INT8_LAYERS),
+        "on": check.on,
+        "bleu": check.bleu,
+        **details,
+    }
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
     return path
 
@@ -55,6 +62,8 @@ def read_check(weights: Path, model: Path | str) -> tuple[BleuCheck | None, str]
         return None, str(e)
     if document["weights_sha256"] != weights_digest(weights):
         return None, f"{path}: a check of other weights than {weights.name} holds now; {redo}"
+    if document.get("int8_layers") != list(INT8_LAYERS):
+        return None, f"{path}: a check of an earlier int8, which quantised other layers; {redo}"
     return BleuCheck({name: float(document["bleu"][name]) for name in ("fp32", "int8")}, document["on"]), ""
 
 

@@ -41,7 +41,13 @@ ROWS = 64  # rows a product is timed at: a decoding batch's step, a training ste
 REPEATS = 10  # timed calls of each precision (after three that warm it up)
 CACHE = MeasuredFile("precision.json", ("fp32", "bf16"), SHAPE)
 INT8_CACHE = MeasuredFile("int8.json", ("fp32", "int8"), SHAPE)
-INT8_LAYERS = ("rnn", "W_c", "W_o", "output_layer")  # the decoder's layers int8 decoding replaces
+INT8_LAYERS = (  # the layers int8 decoding replaces; a BLEU check records them
+    "encoder.rnn",
+    "decoder.rnn",
+    "decoder.W_c",
+    "decoder.W_o",
+    "decoder.output_layer",
+)
 BLEU_TOLERANCE = 0.2  # BLEU a model's check may lose in int8 for `auto` to take it
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 AUTO = "NMT_PRECISION"  # what `auto` (the default) stands for, when set: e.g. fp32 for a test suite
@@ -84,15 +90,13 @@ class BleuCheck:
 
 def product_shapes(model: nn.Module, layers: tuple[str, ...] | None = None) -> list[tuple[int, int, int]]:
     """(rows, out, inner) of every weight matrix of the model's decoder (the products of each
-    step: the cell, attention, W_c or W_o, the output layer), or of those in `layers`, each
-    shape once."""
-    decoder = getattr(model, "decoder", model)
-    shapes = {
-        (ROWS, *p.shape)
-        for name, p in decoder.named_parameters()
-        if p.dim() == 2 and "embed" not in name and (layers is None or name.split(".")[0] in layers)
-    }
-    return sorted(shapes)
+    step: the cell, attention, W_c or W_o, the output layer), or of the model's `layers`
+    (`INT8_LAYERS`), each shape once."""
+    if layers is None:
+        named = getattr(model, "decoder", model).named_parameters()
+    else:
+        named = ((name, p) for name, p in model.named_parameters() if name.rsplit(".", 1)[0] in layers)
+    return sorted({(ROWS, *p.shape) for name, p in named if p.dim() == 2 and "embed" not in name})
 
 
 def _inputs(rows: int, out: int, inner: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -159,10 +159,12 @@ def test_a_real_measurement_times_both_precisions():
 
 
 class Int8Model(torch.nn.Module):
-    """A decoder with the layers int8 decoding replaces, and one it keeps."""
+    """An encoder and a decoder with the layers int8 decoding replaces, and one it keeps."""
 
     def __init__(self):
         super().__init__()
+        self.encoder = torch.nn.Module()
+        self.encoder.rnn = torch.nn.LSTM(4, 8, bidirectional=True)
         self.decoder = torch.nn.Module()
         self.decoder.output_layer = torch.nn.Linear(8, 50)
         self.decoder.W_c = torch.nn.Linear(16, 8)
@@ -181,7 +183,8 @@ def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeyp
     cpu, check = torch.device("cpu"), precision.BleuCheck({"fp32": 30.0, "int8": 29.9}, "a set")
     same = precision.choose("auto", Int8Model(), cpu, check=check)
     assert same.name == "bf16" and same.why.endswith("; not int8: 1.00x as fast as bf16, 1.5x needed")
-    assert timed_int8 == [(64, 8, 16), (64, 50, 8)]  # W_c and the output layer, not the attention
+    # W_c, the encoder's LSTM (both directions' shapes alike) and the output layer, not the attention
+    assert timed_int8 == [(64, 8, 16), (64, 32, 4), (64, 32, 8), (64, 50, 8)]
     assert precision.choose("auto", Int8Model(), cpu, precision.TRAINING, check).name == "bf16"
 
     precision.INT8_CACHE.path.unlink()
