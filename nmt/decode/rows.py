@@ -42,6 +42,7 @@ from nmt.decode.search import (
     fetch,
     next_beams,
 )
+from nmt.decode.topk import best
 from nmt.decode.vocabulary import FixedVocabulary
 from nmt.device import to_device
 from nmt.errors import NMTError
@@ -421,9 +422,9 @@ class FixedGreedy(FixedRows):
 
     def one_step(self, j):
         logp, state, _ = self.log_probs(self.y, self.positions, None)
-        best, token = logp.max(-1)
+        chosen, token = best(logp)
         token.masked_fill_(self.done, PAD)
-        self.log_prob += best.double().masked_fill_(self.done, 0.0)
+        self.log_prob += chosen.double().masked_fill_(self.done, 0.0)
         self.positions += (~self.done).long()
         self.done |= (token == EOS) | (self.positions >= self.max_lens)
         self.y.copy_(token)

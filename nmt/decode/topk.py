@@ -17,12 +17,17 @@ from torch import Tensor
 BLOCK = 64  # entries a peak covers: the fastest of 16-128 at 64 and 320 rows, 1 and 2 threads
 
 
+def _blocked(scores: Tensor, k: int) -> bool:
+    """Whether blocks pay: on a CPU, and with more than 2k blocks a row to choose from."""
+    return not scores.is_cuda and scores.size(-1) // BLOCK > 2 * k
+
+
 def top_k(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The values and indices of each row's `k` largest `scores` (R, V), largest first."""
+    if not _blocked(scores, k):
+        return scores.topk(k, dim=-1)
     rows, width = scores.shape
     blocks = width // BLOCK
-    if scores.is_cuda or blocks <= 2 * k:
-        return scores.topk(k, dim=-1)
     peaks = scores[:, : blocks * BLOCK].view(rows, blocks, BLOCK).amax(-1)
     chosen = peaks.topk(k, dim=-1, sorted=False).indices  # (R, k)
     index = (chosen[:, :, None] * BLOCK + torch.arange(BLOCK, device=scores.device)).view(rows, -1)
@@ -35,5 +40,7 @@ def top_k(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 def best(scores: Tensor) -> tuple[Tensor, Tensor]:
     """Each row's largest score and its index, (R,) each: `scores.max(-1)`, faster on a CPU."""
+    if not _blocked(scores, 1):
+        return scores.max(-1)
     values, index = top_k(scores, 1)
     return values.squeeze(1), index.squeeze(1)
