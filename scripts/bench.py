@@ -120,6 +120,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     from nmt.model.seq2seq import Seq2Seq, count_parameters
     from nmt.train.backends import BackendChoices
     from nmt.train.loss import TokenLoss, batch_loss
+    from nmt.train.schedule import build_optimizer
 
     BackendChoices().install()  # as the trainer does: each weight gradient's backend measured, cached
     style, attention, feeding = CASES[name]
@@ -137,7 +138,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     torch.manual_seed(1)
     model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt)).train()
     use_operands(model, torch.bfloat16 if name.endswith("-bf16") else torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = build_optimizer(model.parameters(), cfg.train)  # the trainer's: Adam 1e-3, fused
     objective, generator = TokenLoss(model, cfg.train), torch.Generator()  # the trainer's loss
     tokens, sentences, first_step = 0, 0, None
     step_tokens: list[tuple[int, int]] = []  # (source, target) tokens of each step

@@ -5,6 +5,7 @@ the checkpoint."""
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version
 
 from nmt.config import TrainConfig
 from nmt.registry import Registry
@@ -100,6 +101,7 @@ class Budget(Schedule, name="budget"):
         self.set_lr(max(self.cfg.min_lr, self.base_lr * (1.0 - min(1.0, spent))))
 
 
+FUSED_DEVICES = ("cuda", "cpu")  # where torch has every optimiser's fused update
 OPTIMIZERS = {
     "adam": lambda params, c, fused: torch.optim.Adam(
         params, lr=c.lr, weight_decay=c.weight_decay, fused=fused
@@ -115,11 +117,25 @@ OPTIMIZERS = {
 
 def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     """The optimiser of `cfg`; weight decay, when set, spares 1-D parameters (biases, gains).
-    On CUDA its fused form: the whole update in a kernel or two, where the default launches
-    several per parameter group and step (and the CPU keeps the form it has always had)."""
+    Its fused form on CUDA and CPU: the whole update in a kernel or two, where the default runs
+    several per parameter and step (Adam over the bench model's 13.2M parameters on a Zen 3 EPYC:
+    6-10 ms a step against 37-64 ms, 5% of a training step at two threads). A run resumed from a
+    checkpoint of the unfused form keeps it (the optimiser's state says which), so it goes on
+    exactly as it would have."""
     params = list(params)
-    fused = True if params and params[0].is_cuda else None
-    return OPTIMIZERS[cfg.optimizer](parameter_groups(params, cfg.weight_decay), cfg, fused)
+    fused = True if params and params[0].device.type in FUSED_DEVICES else None
+    optimizer = OPTIMIZERS[cfg.optimizer](parameter_groups(params, cfg.weight_decay), cfg, fused)
+    optimizer.register_step_post_hook(_mark_updated)
+    return optimizer
+
+
+def _mark_updated(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    """Bump the weights' versions after a fused update, which writes them without (torch 2.13 on
+    a CPU): the products' prepacked weights are keyed on the version, so without the bump
+    training would go on multiplying by the weights it started with."""
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            increment_version(group["params"])
 
 
 def parameter_groups(params: list, weight_decay: float) -> list:

@@ -1,11 +1,12 @@
-"""Weight decay: which parameters decay, and optimiser states that still resume."""
+"""Weight decay: which parameters decay, and optimiser states that still resume; the fused update
+on a CPU moves the weights as the plain one does, and a run saved with the plain one keeps it."""
 
 import pytest
 import torch
 
 from nmt.config import TrainConfig
 from nmt.model.seq2seq import Seq2Seq
-from nmt.train.schedule import build_optimizer
+from nmt.train.schedule import OPTIMIZERS, build_optimizer, parameter_groups
 from tests.model.test_seq2seq import V, model_config
 
 
@@ -66,3 +67,47 @@ def test_an_optimiser_state_with_decay_resumes_into_the_same_two_groups():
     resumed.load_state_dict(saved)
     decays = [group["weight_decay"] for group in resumed.param_groups]
     assert decays == [0.01, 0.0] and resumed.state_dict()["state"].keys() == saved["state"].keys()
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_the_cpu_update_is_fused_and_moves_the_weights_as_the_plain_one(optimizer):
+    cfg = TrainConfig(optimizer=optimizer, lr=0.01, weight_decay=0.01)
+    fused_net, plain_net = model(), model()
+    fused = build_optimizer(fused_net.parameters(), cfg)
+    plain = OPTIMIZERS[optimizer](parameter_groups(list(plain_net.parameters()), 0.01), cfg, None)
+    assert all(group["fused"] for group in fused.param_groups)
+    assert not any(group["fused"] for group in plain.param_groups)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        for a, b in zip(fused_net.parameters(), plain_net.parameters(), strict=True):
+            a.grad = torch.randn(a.shape, generator=generator)
+            b.grad = a.grad.clone()
+        fused.step()
+        plain.step()
+    for a, b in zip(fused_net.parameters(), plain_net.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_saved_with_the_plain_update_resumes_with_it():
+    net = model()
+    cfg = TrainConfig(lr=0.01)
+    old = trained_state(torch.optim.Adam(net.parameters(), lr=cfg.lr), net)  # as built before
+    resumed = build_optimizer(net.parameters(), cfg)
+    resumed.load_state_dict(old)
+    assert not resumed.param_groups[0]["fused"]
+
+
+def test_products_after_a_fused_update_use_the_updated_weights():
+    """The fused update writes the weights without bumping their versions; the prepacked copies
+    the products use are keyed on the version, so the optimiser bumps it (without, training went
+    on multiplying by its first weights and resumed runs departed from uninterrupted ones)."""
+    from nmt.model.linear import linear
+
+    weight = torch.nn.Parameter(torch.randn(16, 8))
+    x = torch.randn(4, 8)
+    optimizer = build_optimizer([weight], TrainConfig(lr=0.1))
+    assert optimizer.param_groups[0]["fused"]
+    linear(x, weight)  # packed at the first product
+    weight.grad = torch.randn(16, 8)
+    optimizer.step()
+    torch.testing.assert_close(linear(x, weight), x @ weight.detach().t())
