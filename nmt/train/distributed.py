@@ -7,6 +7,7 @@ alone logs, validates and writes checkpoints.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 
 import torch
@@ -28,7 +29,11 @@ def init() -> None:
 
 
 def shutdown() -> None:
+    """End the process group while the interpreter is whole: what still holds it (a DDP
+    wrapper in a reference cycle) is collected first, so that gloo's worker threads are not
+    left to be torn down during the interpreter's exit."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -80,7 +80,10 @@ def _train(
         else:
             trainer = _started(config, overrides, out, quiet, rank0, request, made, init_from, plugins)
         request.check()
-        return trainer.train()
+        try:
+            return trainer.train()
+        finally:
+            del trainer  # its DDP wrapper holds the process group: gone before `shutdown` ends it
 
 
 def _started(

@@ -362,7 +362,8 @@ def torchrun(toy_dir, run, *extra, resume=False):
 
 
 def ddp_env():
-    return subprocess_env() | {"OMP_NUM_THREADS": "1"}  # two processes, one core each
+    # two processes, one core each; a rank that aborts prints its Python stacks into the failure
+    return subprocess_env() | {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def rank_reports(run):
@@ -392,6 +393,7 @@ def test_two_processes_train_disjoint_shards_like_one_on_the_global_batch_and_on
     first, second = rank_reports(tmp_path / "ddp")
     assert first["parameters"] == second["parameters"]  # the replicas stayed identical
     assert second["writes"] == [] and "ddp/checkpoints/last.pt" in first["writes"]  # only rank 0 writes
+    assert first["trainers_alive"] == second["trainers_alive"] == 0  # freed before the group ended
     steps = [a + b for a, b in zip(first["steps"], second["steps"], strict=True)]
     assert all(len(set(a) & set(b)) == 0 for a, b in zip(first["steps"], second["steps"], strict=True))
     assert len(set().union(*steps)) == sum(map(len, steps))  # in one epoch no pair is read twice
