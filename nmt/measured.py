@@ -28,6 +28,13 @@ from nmt.jsonvalues import JSONError, parse_json
 MAX_BYTES = 1 << 20  # a machine's cache holds a few dozen entries of ~100 bytes
 MAX_MACHINE = 300  # characters of a machine's key: its CPU, torch build and threads
 DEPTH = 4  # machine -> key -> entry -> timings
+
+
+def _numbers(key: str) -> list[int]:
+    """A key's numbers (its product's shape), for sorting: "logits 1024 x 8000 x 512" by its shape."""
+    return [int(n) for n in re.findall(r"\d+", key)]
+
+
 SHAPE = re.compile(r"\d{1,9} x \d{1,9} x \d{1,9}")  # a product's key: rows x out x inner
 
 
@@ -112,7 +119,7 @@ class MeasuredFile:
     def by_shape(self, machine: str) -> tuple[list[tuple[str, Entry]], str]:
         """`entries`, smallest product shape first, for a report."""
         entries, note = self.entries(machine)
-        return sorted(entries.items(), key=lambda item: [int(n) for n in item[0].split(" x ")]), note
+        return sorted(entries.items(), key=lambda item: (_numbers(item[0]), item[0])), note
 
     def entries(self, machine: str) -> tuple[dict[str, Entry], str]:
         """This machine's valid entries, and the line saying the file was ignored ('' if not)."""

@@ -178,12 +178,14 @@ def _work_in_a_temp_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _weight_gradients_put_back():
     """A CPU training installs its measured backend choices for the process
-    (`nmt.train.backends`): each test starts from, and leaves, the default."""
+    (`nmt.train.backends`): each test starts from, and leaves, the default, also after a
+    module's fixture trained a model."""
     from nmt.model import linear
 
-    before = linear.choose_weight_gradient
+    defaults = linear._onednn_always, linear._output_onednn_always
+    linear.choose_weight_gradient, linear.choose_output_product = defaults
     yield
-    linear.choose_weight_gradient = before
+    linear.choose_weight_gradient, linear.choose_output_product = defaults
 
 
 @pytest.fixture(scope="session")

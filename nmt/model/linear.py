@@ -123,6 +123,34 @@ def _onednn_always(rows: int, out: int, inner: int) -> str:
 choose_weight_gradient: Callable[[int, int, int], str] = _onednn_always
 
 
+def _output_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    return _onednn(x, _prepacked(weight, transposed), bias, FP32, packed=True)
+
+
+def _output_mkl(x: Tensor, weight: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    return F.linear(x, weight.t() if transposed else weight, bias)
+
+
+# Training's output layer multiplies all of a step's rows at once (about 1,000 for the bench
+# model), twice: its logits x W^T and their input gradient g W. By each backend; oneDNN lays the
+# weight out once a step (the step changes it). A 2-core Zen 3 EPYC at 945 rows: MKL 47 ms for
+# each, oneDNN 60 and 65 with the layout (55 and 53 without), while at a decoding step's 64 rows
+# oneDNN prepacked is 1.6x MKL (docs/notes/performance-history.md §23.12); so training measures it.
+OUTPUT_PRODUCT: dict[str, Callable[[Tensor, Tensor, Tensor | None, bool], Tensor]] = {
+    "onednn": _output_onednn,
+    "mkl": _output_mkl,
+}
+
+
+def _output_onednn_always(rows: int, out: int, inner: int, transposed: bool) -> str:
+    return "onednn"
+
+
+# (rows, out, inner, transposed) of an output-layer product -> its backend: oneDNN unless
+# training installs a measured choice (`nmt.train.backends.BackendChoices.install`).
+choose_output_product: Callable[[int, int, int, bool], str] = _output_onednn_always
+
+
 class OneDNNLinear(torch.autograd.Function):
     """F.linear with the output and the input gradient on oneDNN, a parameter's two layouts
     prepacked once a step, not at each of its calls, and the weight gradient on the backend
@@ -192,11 +220,17 @@ def parameter_linear(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, transposed: bool = False
 ) -> Tensor:
     """x @ weight^T + bias (x @ weight when `transposed`) without gradients, of a parameter fixed
-    for a while (training's output layer: every chunk of a step), through oneDNN with the weight
-    prepacked once for as long as it does not change; F.linear where oneDNN does not apply."""
+    for a while (training's output layer: every chunk of a step): in fp32 on the backend
+    `choose_output_product` names (oneDNN with the weight prepacked once for as long as it does
+    not change, or MKL), with bf16 operands on oneDNN; F.linear where oneDNN does not apply."""
     if not onednn_applies(x, weight):
         return F.linear(x, weight.t() if transposed else weight, bias)
-    return _onednn(x.contiguous(), _prepacked(weight, transposed), bias, operands(weight), packed=True)
+    x = x.contiguous()
+    if operands(weight) != FP32:  # bf16 operands are oneDNN's
+        return _onednn(x, _prepacked(weight, transposed), bias, operands(weight), packed=True)
+    out, inner = (weight.size(1), weight.size(0)) if transposed else weight.shape
+    backend = choose_output_product(x.size(0), out, inner, transposed)
+    return OUTPUT_PRODUCT[backend](x, weight, bias, transposed)
 
 
 def decoding_linear(x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype = FP32) -> Tensor:

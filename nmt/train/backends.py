@@ -1,5 +1,6 @@
-"""Which CPU backend computes each weight gradient of a training step, measured on the machine
-at hand rather than guessed by vendor.
+"""Which CPU backend computes each weight gradient of a training step, and the output layer's two
+whole-step products (its logits and their input gradient), measured on the machine at hand
+rather than guessed by vendor.
 
 Why: the fastest differs by machine, shape and threads. On a 2-core Zen 1 EPYC the output
 layer's weight gradient (1,024 rows) took 125 ms through MKL and 147 through oneDNN at 2 threads,
@@ -10,15 +11,17 @@ cuDNN's benchmark mode does, and MKL is kept where it takes under 90% of oneDNN'
 calls stay on oneDNN, as before), for the process and in a cache for the
 machine (its CPU, torch build and thread count), so every run there chooses alike; a run records
 its choices, so a resumed run computes with the same backends and stays bit-identical.
-`NMT_WEIGHT_GRADIENT=onednn|mkl` chooses for every shape.
+`NMT_WEIGHT_GRADIENT=onednn|mkl` chooses for every shape, the output layer's products too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
+from torch.autograd.graph import increment_version
 
 from nmt.errors import NMTError
 from nmt.machine import machine_key, milliseconds
@@ -29,7 +32,9 @@ FORCED = "NMT_WEIGHT_GRADIENT"
 DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
 REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
-CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), SHAPE)  # keys: `shape_key`
+WEIGHT_GRADIENT, LOGITS, INPUT_GRADIENT = "weight gradient", "logits", "input gradient"
+KEY = re.compile(f"(?:(?:{LOGITS}|{INPUT_GRADIENT}) )?{SHAPE.pattern}")  # `shape_key`'s
+CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), KEY)
 
 
 def cache_file() -> Path:
@@ -43,8 +48,16 @@ def rows_bucket(rows: int) -> int:
     return 1 << max(0, rows - 1).bit_length()
 
 
-def shape_key(rows: int, out: int, inner: int) -> str:
-    return f"{rows_bucket(rows)} x {out} x {inner}"
+def shape_key(rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) -> str:
+    """A weight gradient's key is its shape, as runs have always recorded it (1024 x 8000 x 512);
+    the output layer's products' keys name their kind (logits 1024 x 8000 x 512, input gradient
+    1024 x 512 x 8000)."""
+    shape = f"{rows_bucket(rows)} x {out} x {inner}"
+    return shape if kind == WEIGHT_GRADIENT else f"{kind} {shape}"
+
+
+def is_output_key(key: str) -> bool:
+    return key.startswith((LOGITS, INPUT_GRADIENT))
 
 
 def known(choice: object) -> bool:
@@ -57,16 +70,40 @@ def faster(timings: dict[str, float]) -> str:
     return best if timings[best] < MARGIN * timings[DEFAULT] else DEFAULT
 
 
-def time_backends(rows: int, out: int, inner: int) -> dict[str, float]:
-    """The weight gradient of that shape through each backend, ms (median of `REPEATS`)."""
-    generator = torch.Generator().manual_seed(0)
+def _weight_gradients(rows: int, out: int, inner: int, generator: torch.Generator) -> dict:
     grad = torch.randn(rows, out, generator=generator)
     x = torch.randn(rows, inner, generator=generator)
+    products = linear.WEIGHT_GRADIENT.items()
+    return {name: lambda product=product: product(grad, x) for name, product in products}
+
+
+def _output_products(transposed: bool):
+    def products(rows: int, out: int, inner: int, generator: torch.Generator) -> dict:
+        x = torch.randn(rows, inner, generator=generator)
+        weight = torch.randn((inner, out) if transposed else (out, inner), generator=generator)
+
+        def once_a_step(product):  # the weight changed: oneDNN lays it out again, as every step
+            increment_version(weight)
+            return product(x, weight, None, transposed)
+
+        return {name: lambda p=product: once_a_step(p) for name, product in linear.OUTPUT_PRODUCT.items()}
+
+    return products
+
+
+# kind -> the calls to time for a shape (rows, out, inner), one per backend
+PRODUCTS = {
+    WEIGHT_GRADIENT: _weight_gradients,
+    LOGITS: _output_products(transposed=False),
+    INPUT_GRADIENT: _output_products(transposed=True),
+}
+
+
+def time_backends(rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) -> dict[str, float]:
+    """The product `kind` of that shape through each backend, ms (median of `REPEATS`)."""
     with torch.no_grad():
-        return {
-            name: milliseconds(lambda product=product: product(grad, x), REPEATS, warm_up=1)
-            for name, product in linear.WEIGHT_GRADIENT.items()
-        }
+        calls = PRODUCTS[kind](rows, out, inner, torch.Generator().manual_seed(0))
+        return {name: milliseconds(call, REPEATS, warm_up=1) for name, call in calls.items()}
 
 
 class BackendChoices:
@@ -80,6 +117,8 @@ class BackendChoices:
 
     def __init__(self, recorded: dict[str, str] | None = None, measure: bool = True, forced: str = ""):
         self.chosen = {key: choice for key, choice in (recorded or {}).items() if known(choice)}
+        # a run recorded before the output layer's products were chosen ran them on oneDNN
+        self.output_default = bool(self.chosen) and not any(map(is_output_key, self.chosen))
         self.measure = measure
         self.forced = forced or os.environ.get(FORCED, "")
         if self.forced and not known(self.forced):
@@ -104,16 +143,23 @@ class BackendChoices:
         return cls(checkpoint.get("backends") if checkpoint else None, measure)
 
     def install(self) -> None:
-        """From now on, every weight gradient of this process goes where `choose` says."""
+        """From now on, every weight gradient of this process, and the output layer's products,
+        go where `choose` says."""
         linear.choose_weight_gradient = self.choose
+        linear.choose_output_product = lambda rows, out, inner, transposed: self.choose(
+            rows, out, inner, INPUT_GRADIENT if transposed else LOGITS
+        )
 
-    def choose(self, rows: int, out: int, inner: int) -> str:
-        key = shape_key(rows, out, inner)
+    def choose(self, rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) -> str:
+        key = shape_key(rows, out, inner, kind)
         if key not in self.chosen:
-            self.chosen[key] = self.forced or self._cached_or_measured(key, rows, out, inner)
+            if self.forced or (self.output_default and kind != WEIGHT_GRADIENT):
+                self.chosen[key] = self.forced or DEFAULT
+            else:
+                self.chosen[key] = self._cached_or_measured(key, rows, out, inner, kind)
         return self.chosen[key]
 
-    def _cached_or_measured(self, key: str, rows: int, out: int, inner: int) -> str:
+    def _cached_or_measured(self, key: str, rows: int, out: int, inner: int, kind: str) -> str:
         """The machine's choice for `key`: cached when this process started, cached since by
         another process (read again: a process that measured on its own where another already
         had chose by its own timing, and two runs of one config then computed apart), else
@@ -124,7 +170,7 @@ class BackendChoices:
             return self.cached[key].choice
         if not self.measure:
             return DEFAULT
-        timings = time_backends(rows_bucket(rows), out, inner)
+        timings = time_backends(rows_bucket(rows), out, inner, kind)
         self.cached[key] = CACHE.save(machine_key(), key, Entry(faster(timings), timings))
         return self.cached[key].choice
 
@@ -135,7 +181,7 @@ def choices_report() -> str:
     entries, note = CACHE.by_shape(machine_key())
     if note or not entries:
         return note
-    lines = [f"weight gradients, measured when training first met them ({cache_file()}):"]
+    lines = [f"training's products, measured when it first met them ({cache_file()}):"]
     for key, entry in entries:
         timings = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(entry.ms.items()))
         lines.append(f"  {key:20} {entry.choice:7} ({timings})")

@@ -1,6 +1,6 @@
-"""The weight gradient's backend, measured per machine (`nmt.train.backends`): both backends give
-F.linear's gradient, a shape is measured once and cached for the machine, a run records its
-choices and a resumed run computes with them."""
+"""The weight gradient's backend, and the output layer's products', measured per machine
+(`nmt.train.backends`): both backends give F.linear's results, a shape is measured once and
+cached for the machine, a run records its choices and a resumed run computes with them."""
 
 import json
 import os
@@ -44,18 +44,78 @@ def test_each_backend_gives_the_weight_gradient_of_f_linear(backend, monkeypatch
         torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN")
+@pytest.mark.parametrize("backend", sorted(linear.OUTPUT_PRODUCT))
+def test_each_backend_gives_the_output_layers_products_of_f_linear(backend, monkeypatch):
+    monkeypatch.setattr(linear, "choose_output_product", lambda *shape: backend)
+    g = torch.Generator().manual_seed(0)
+    x, grad = torch.randn(30, 24, generator=g), torch.randn(30, 40, generator=g)
+    weight = torch.nn.Parameter(torch.randn(40, 24, generator=g))
+    bias = torch.randn(40, generator=g)
+    expected = F.linear(x, weight, bias), grad @ weight
+    for _ in range(2):  # and again after the weight changed (a step)
+        logits = linear.parameter_linear(x, weight, bias)
+        torch.testing.assert_close(logits, expected[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(linear.parameter_linear(grad, weight, transposed=True), expected[1])
+        with torch.no_grad():
+            weight.mul_(0.5)
+        expected = F.linear(x, weight, bias), grad @ weight
+
+
+def test_the_output_layers_products_are_chosen_by_shape_and_kind(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        backends, "time_backends", lambda *shape: calls.append(shape) or {"onednn": 2.0, "mkl": 1.0}
+    )
+    choices = BackendChoices()
+    choices.install()
+    assert linear.choose_output_product(1000, 8000, 512, False) == "mkl"
+    assert linear.choose_output_product(900, 512, 8000, True) == "mkl"
+    assert linear.choose_weight_gradient(1000, 8000, 512) == "mkl"
+    assert calls == [
+        (1024, 8000, 512, "logits"),
+        (1024, 512, 8000, "input gradient"),
+        (1024, 8000, 512, "weight gradient"),
+    ]
+    assert set(choices.chosen) == {
+        "logits 1024 x 8000 x 512",
+        "input gradient 1024 x 512 x 8000",
+        "1024 x 8000 x 512",
+    }
+    report = backends.choices_report().splitlines()[1:]
+    assert [line.split()[0] for line in report] == ["input", "1024", "logits"]  # by shape, then name
+
+
+def test_the_output_layers_products_are_timed_with_their_layout_once_a_step():
+    timings = backends.time_backends(64, 96, 32, "logits") | backends.time_backends(
+        64, 32, 96, "input gradient"
+    )
+    assert set(timings) == set(linear.OUTPUT_PRODUCT) and all(ms > 0 for ms in timings.values())
+
+
+def test_a_run_recorded_before_the_output_layers_choice_keeps_it_on_onednn(monkeypatch):
+    monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
+    older = BackendChoices.for_run({"backends": {"1024 x 8000 x 512": "mkl"}}, measure=True)
+    assert older.choose(1000, 8000, 512, "logits") == "onednn"  # what it ran on
+    assert older.choose(1000, 512, 8000, "input gradient") == "onednn"
+    assert older.choose(64, 2048, 512) == "mkl"  # a weight gradient it had not met: measured
+    newer = BackendChoices.for_run({"backends": {"logits 1024 x 8000 x 512": "mkl"}}, measure=True)
+    assert newer.choose(1000, 8000, 512, "logits") == "mkl"
+    assert newer.choose(1000, 512, 8000, "input gradient") == "mkl"  # measured
+
+
 def test_a_shape_is_measured_once_and_cached_for_the_machine(monkeypatch):
     calls = []
 
-    def timed(rows, out, inner):
-        calls.append((rows, out, inner))
+    def timed(rows, out, inner, kind):
+        calls.append((rows, out, inner, kind))
         return {"onednn": 2.0, "mkl": 1.0}
 
     monkeypatch.setattr(backends, "time_backends", timed)
     choices = BackendChoices()
     assert choices.choose(900, 800, 512) == "mkl"
     assert choices.choose(1000, 800, 512) == "mkl"  # the same bucket: not measured again
-    assert calls == [(1024, 800, 512)]
+    assert calls == [(1024, 800, 512, "weight gradient")]
     cached = json.loads(backends.cache_file().read_text())[backends.machine_key()]
     assert cached == {"1024 x 800 x 512": {"choice": "mkl", "ms": {"onednn": 2.0, "mkl": 1.0}}}
 
@@ -172,7 +232,7 @@ def test_entries_of_the_wrong_types_are_measured_again_and_the_report_shows_the_
     )
     choices = BackendChoices()
     assert [choices.choose(rows, 8, 8) for rows in (64, 128, 2048)] == ["onednn", "onednn", "mkl"]
-    assert measured == [(64, 8, 8), (128, 8, 8)]
+    assert measured == [(64, 8, 8, "weight gradient"), (128, 8, 8, "weight gradient")]
 
 
 def test_env_bench_reads_a_damaged_cache_without_a_traceback():
@@ -233,9 +293,12 @@ def test_an_unwritable_cache_leaves_the_choice_to_this_process(tmp_path, monkeyp
 def test_a_run_records_its_choices_and_a_resumed_run_keeps_them(toy_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(backends, "time_backends", lambda *shape: {"onednn": 2.0, "mkl": 1.0})
     run = tmp_path / "run"
-    nmt_train(toy_dir, run, "train.max_steps=4", "train.valid_every=4", "train.device=cpu")
+    # teacher forcing throughout: the output layer's whole-step products (and the validation's)
+    steps = ["train.max_steps=4", "train.valid_every=4", "train.teacher_forcing_ratio=1"]
+    nmt_train(toy_dir, run, *steps, "train.device=cpu")
     recorded = read_checkpoint(run / CHECKPOINTS / LAST)["backends"]
     assert recorded and set(recorded.values()) == {"mkl"}
+    assert {re.sub(r"[\d x]+$", "", key) for key in recorded} == {"", "logits", "input gradient"}
 
     seen = []
     install = BackendChoices.install
