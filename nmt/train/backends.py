@@ -33,7 +33,8 @@ DEFAULT = "onednn"  # what every weight gradient ran on before this module, and 
 REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
 WEIGHT_GRADIENT, LOGITS, INPUT_GRADIENT = "weight gradient", "logits", "input gradient"
-KEY = re.compile(f"(?:(?:{LOGITS}|{INPUT_GRADIENT}) )?{SHAPE.pattern}")  # `shape_key`'s
+OUTPUT_KINDS = (LOGITS, INPUT_GRADIENT)  # the output layer's products, named in their keys
+KEY = re.compile(f"(?:(?:{'|'.join(OUTPUT_KINDS)}) )?{SHAPE.pattern}")  # `shape_key`'s
 CACHE = MeasuredFile("backends.json", tuple(linear.WEIGHT_GRADIENT), KEY)
 
 
@@ -57,7 +58,7 @@ def shape_key(rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) -> s
 
 
 def is_output_key(key: str) -> bool:
-    return key.startswith((LOGITS, INPUT_GRADIENT))
+    return key.startswith(OUTPUT_KINDS)
 
 
 def known(choice: object) -> bool:
@@ -153,10 +154,10 @@ class BackendChoices:
     def choose(self, rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) -> str:
         key = shape_key(rows, out, inner, kind)
         if key not in self.chosen:
-            if self.forced or (self.output_default and kind != WEIGHT_GRADIENT):
-                self.chosen[key] = self.forced or DEFAULT
-            else:
-                self.chosen[key] = self._cached_or_measured(key, rows, out, inner, kind)
+            as_recorded = self.output_default and kind in OUTPUT_KINDS  # oneDNN, as it ran
+            self.chosen[key] = self.forced or (
+                DEFAULT if as_recorded else self._cached_or_measured(key, rows, out, inner, kind)
+            )
         return self.chosen[key]
 
     def _cached_or_measured(self, key: str, rows: int, out: int, inner: int, kind: str) -> str:
