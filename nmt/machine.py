@@ -13,14 +13,18 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 YARDSTICK = (64, 512, 8000)  # a decoder step's output layer: rows x inner x vocabulary
 REPEATS = 30  # timed calls of each product; the median is reported
+INT8_ENGINES = {"fbgemm": "fbgemm", "onednn": "oneDNN"}  # torch's int8 kernels on x86, as named to people
 
 
 def cpu_name() -> str:
@@ -55,8 +59,9 @@ def milliseconds(product: Callable[[], torch.Tensor], repeats: int, warm_up: int
 def yardstick(repeats: int = REPEATS) -> dict[str, float]:
     """The 64 x 512 @ 512 x 8000 product's time in ms through each CPU backend torch offers:
     MKL (torch's default for fp32), oneDNN with a plain weight, oneDNN with the weight prepacked
-    (nmt's decoding path; nmt/model/linear.py), and where the CPU has bf16 units, oneDNN with
-    the weight prepacked in bf16 (the input's cast and the fp32 result included, as nmt runs it)."""
+    (nmt's decoding path; nmt/model/linear.py), where the CPU has bf16 units oneDNN with the
+    weight prepacked in bf16 (the input's cast and the fp32 result included, as nmt runs it), and
+    int8 on each of torch's int8 kernels this build has (`int8_product`)."""
     rows, inner, vocab = YARDSTICK
     generator = torch.Generator().manual_seed(0)
     x, weight = torch.randn(rows, inner, generator=generator), torch.randn(vocab, inner, generator=generator)
@@ -69,6 +74,8 @@ def yardstick(repeats: int = REPEATS) -> dict[str, float]:
         if bf16_units():
             bf16 = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16())
             products["oneDNN bf16"] = lambda: onednn(x.bfloat16(), bf16, None, "none", [], "").float()
+    for engine in int8_engines():
+        products[f"int8 {INT8_ENGINES[engine]}"] = int8_product(x, weight, engine)
     with torch.inference_mode():
         return {name: milliseconds(product, repeats) for name, product in products.items()}
 
@@ -88,6 +95,35 @@ def bf16_units() -> bool:
     except RuntimeError:  # "bf16 path needs the cpu support avx_ne_convert or avx512bw, ..."
         return False
     return True
+
+
+def int8_engines() -> list[str]:
+    """The `INT8_ENGINES` this torch build has (x86: both; elsewhere neither, and int8 runs on
+    torch's default kernels)."""
+    return [engine for engine in INT8_ENGINES if engine in torch.backends.quantized.supported_engines]
+
+
+@contextmanager
+def int8_kernels(engine: str | None) -> Iterator[None]:
+    """torch's quantised engine set to `engine` (None: left as it is) while inside: a weight
+    packed here runs on that engine's kernels wherever it is used later."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine or before
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
+def int8_product(x: torch.Tensor, weight: torch.Tensor, engine: str | None = None) -> Callable[[], Tensor]:
+    """`x @ weight.T` as int8 decoding runs it: the weight int8 (one scale) and packed for
+    `engine`'s kernels, the input quantised on the fly, a float result."""
+    with warnings.catch_warnings():  # torch deprecates its quantised tensors for torchao's (quantize.py)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        quantized = torch.quantize_per_tensor(weight, float(weight.abs().max()) / 127, 0, torch.qint8)
+    with int8_kernels(engine):
+        packed = torch.ops.quantized.linear_prepack(quantized, None)
+    return lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
 
 
 def bf16_line() -> str:
@@ -115,7 +151,8 @@ def yardstick_report() -> str:
     ]
     gflops = 2 * rows * inner * vocab / 1e9
     for name, ms in yardstick().items():
-        lines.append(f"  {name:17} {ms:7.2f} ms  {gflops / ms * 1e3:6.1f} GFLOP/s")
+        unit = "Gop/s" if name.startswith("int8") else "GFLOP/s"
+        lines.append(f"  {name:17} {ms:7.2f} ms  {gflops / ms * 1e3:6.1f} {unit}")
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """Choices measured once per machine and kept in a small JSON file of the user's cache folder:
 which backend computes each weight gradient (`backends.json`, nmt.train.backends), which
-precision runs a model fastest (`precision.json`, nmt.precision).
+precision runs a model fastest (`precision.json`, `int8.json`) and on which int8 kernels
+(`int8-engines.json`; nmt.model.precision).
 
 One reader for every user of such a file (training, decoding, `nmt env --bench`), checked once:
 the file is anybody's to damage, so it is read only when it is a regular file under `MAX_BYTES`

@@ -310,3 +310,8 @@ def test_env_bench_names_the_cpu_and_times_the_yardstick_on_each_backend():
     from nmt.model.linear import BF16_UNITS
 
     assert ("oneDNN bf16" in [name for name, *_ in timings]) == BF16_UNITS  # where the CPU has bf16 units
+    from nmt.machine import INT8_ENGINES, int8_engines
+
+    int8 = re.findall(r"^  int8 (fbgemm|oneDNN) +([\d.]+) ms +([\d.]+) Gop/s$", result.stdout, re.M)
+    assert [name for name, *_ in int8] == [INT8_ENGINES[e] for e in int8_engines()]  # each engine torch has
+    assert all(float(ms) > 0 for _, ms, _ in int8)

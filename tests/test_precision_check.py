@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from nmt.checkpoint import load_model, weights_file
 from nmt.cli import app
 from nmt.decode.bleucheck import read_check, record_path, weights_digest, write_check
+from nmt.fileio import read_lines
 from nmt.model import linear, precision
 from nmt.model.precision import BleuCheck
 from tests.test_end_to_end import train_toy
@@ -194,3 +195,24 @@ def test_without_files_the_check_takes_the_validation_split_when_its_text_is_her
     for lang in ("human", "iso"):
         (tmp_path / f"valid.{lang}").write_text("a\n")
     assert check_set(cfg, None, None) == (tmp_path / "valid.human", tmp_path / "valid.iso")
+
+
+@pytest.mark.parametrize("engine", precision.int8_engines())
+def test_int8_decodes_on_each_engine_it_is_given(engine, model, toy_dir, monkeypatch):
+    """Both of torch's int8 engines for x86 run the model close to fp32 (each packs the weights
+    for its own kernels); the engine torch had before is left in place."""
+    import torch
+
+    from nmt.decode.translator import load_translator
+
+    before = torch.backends.quantized.engine
+    monkeypatch.setenv(precision.ENGINE, engine)
+    said = translate(model, toy_dir, "--precision", "int8").stderr
+    assert f"precision: int8 (asked), on {precision.INT8_ENGINES[engine]}'s kernels" in said
+    sources, targets = (read_lines(toy_dir / f"valid.{lang}")[:20] for lang in ("human", "iso"))
+    int8 = load_translator([model], {}, "cpu", "int8")
+    assert int8.precision.engine == engine and torch.backends.quantized.engine == before
+    fp32 = load_translator([model], {}, "cpu", "fp32")
+    scored = [[s.log_prob for s in t.score(sources, targets)] for t in (int8, fp32)]
+    assert scored[0] != scored[1]  # int8 ran
+    torch.testing.assert_close(torch.tensor(scored[0]), torch.tensor(scored[1]), rtol=1e-3, atol=0.05)

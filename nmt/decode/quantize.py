@@ -3,7 +3,8 @@
 Matrix products dominate decoding: the decoder step's output layer (hidden x vocabulary), W_c (or
 Bahdanau's W_o) and LSTM, then the encoder's LSTM (a fifth of greedy decoding's time in int8 with
 it in fp32). Their weights become int8 with one scale per tensor, and activations are quantised
-on the fly (fbgemm); the embeddings and the attention stay fp32. This changes the outputs
+on the fly, on the int8 kernels `nmt.model.precision` chose for the machine (fbgemm's or
+oneDNN's); the embeddings and the attention stay fp32. This changes the outputs
 slightly (docs/performance.md has its BLEU and speed), so `auto` takes it only for a model whose
 BLEU check allows it (`nmt precision`). OpenNMT-py offers the same for its RNNs.
 
@@ -19,15 +20,17 @@ import torch
 from torch import nn
 
 from nmt.errors import NMTError
+from nmt.machine import int8_kernels
 from nmt.model.precision import INT8_LAYERS
 from nmt.model.seq2seq import Seq2Seq
 
 
-def quantize_int8(model: Seq2Seq, device: torch.device) -> Seq2Seq:
-    """`model` with the layers of `INT8_LAYERS` in int8, in place."""
+def quantize_int8(model: Seq2Seq, device: torch.device, engine: str | None = None) -> Seq2Seq:
+    """`model` with the layers of `INT8_LAYERS` in int8 for `engine`'s kernels (None: torch's
+    default), in place."""
     if device.type != "cpu":
         raise NMTError(f"--precision int8 is for CPU decoding; this model runs on {device}: add --device cpu")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), int8_kernels(engine):
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
         for dotted in INT8_LAYERS:

@@ -230,6 +230,6 @@ def apply_precision(model: torch.nn.Module, choice: Choice, device: torch.device
     from nmt.model.linear import use_operands
 
     if choice.name == "int8":
-        quantize_int8(model, device)
+        quantize_int8(model, device, choice.engine)
     else:
         use_operands(model, choice.dtype)

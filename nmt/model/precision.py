@@ -17,12 +17,17 @@ keeps the BLEU beside the weights) in which int8 lost at most `BLEU_TOLERANCE`, 
 the products int8 replaces run at least `SPEED_UP` times as fast as in the precision otherwise
 chosen (timed once, cached in int8.json). On a Zen 3 EPYC without bf16 units they ran 2.1x
 fp32's and the whole decoding 1.25-1.5x, within 0.1 BLEU.
+
+int8 runs on one of torch's two int8 engines for x86, whichever ran the model's int8 products
+faster here (timed once, cached in int8-engines.json): fbgemm (torch's default; AVX2, AVX-512
+VNNI) or oneDNN, whose kernels also use AMX-INT8 on Xeons since Sapphire Rapids, where torch's
+AMX recipe sends int8 products. Both quantise alike (one scale a weight, 7-bit activations); on a
+Zen 3 fbgemm ran the output layer's 64 rows in 1.7 ms against oneDNN's 2.1-3.4, level at 320.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +35,7 @@ import torch
 from torch import nn
 
 from nmt.errors import NMTError
-from nmt.machine import machine_key, milliseconds
+from nmt.machine import INT8_ENGINES, int8_engines, int8_kernels, int8_product, machine_key, milliseconds
 from nmt.measured import SHAPE, Entry, MeasuredFile
 from nmt.model import linear
 
@@ -41,6 +46,9 @@ ROWS = 64  # rows a product is timed at: a decoding batch's step, a training ste
 REPEATS = 10  # timed calls of each precision (after three that warm it up)
 CACHE = MeasuredFile("precision.json", ("fp32", "bf16"), SHAPE)
 INT8_CACHE = MeasuredFile("int8.json", ("fp32", "int8"), SHAPE)
+ENGINE_CACHE = MeasuredFile("int8-engines.json", tuple(INT8_ENGINES), SHAPE)
+ENGINE_MARGIN = 1.1  # oneDNN's int8 kernels taken where they run the products this much faster
+ENGINE = "NMT_INT8_ENGINE"  # the int8 kernels to use, when set: fbgemm or onednn
 INT8_LAYERS = (  # the layers int8 decoding replaces; a BLEU check records them
     "encoder.rnn",
     "decoder.rnn",
@@ -59,6 +67,7 @@ class Choice:
 
     name: str  # fp32, bf16 or int8
     why: str
+    engine: str | None = None  # int8's kernels (`INT8_ENGINES`); None: torch's default
 
     @property
     def dtype(self) -> torch.dtype:
@@ -129,27 +138,33 @@ def _fp32_product(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], torch.T
 
 
 def time_int8(rows: int, out: int, inner: int) -> dict[str, float]:
-    """One product of that shape in fp32 as decoding runs it and in int8 (the weight int8 and
-    prepacked, the input quantised on the fly, a float result), ms."""
+    """One product of that shape in fp32 as decoding runs it and in int8 on the kernels of
+    torch's quantised engine as set (`nmt.machine.int8_product`), ms."""
     x, weight = _inputs(rows, out, inner)
-    scale = float(weight.abs().max()) / 127
-    with warnings.catch_warnings():  # torch deprecates its quantised tensors for torchao's (quantize.py)
-        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
-        quantized = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
-    int8 = torch.ops.quantized.linear_prepack(quantized, None)
     with torch.inference_mode():
         return {
             "fp32": milliseconds(_fp32_product(x, weight), REPEATS),
-            "int8": milliseconds(lambda: torch.ops.quantized.linear_dynamic(x, int8, True), REPEATS),
+            "int8": milliseconds(int8_product(x, weight), REPEATS),
         }
 
 
+def time_engines(rows: int, out: int, inner: int) -> dict[str, float]:
+    """One int8 product of that shape on each of `INT8_ENGINES`' kernels, ms."""
+    x, weight = _inputs(rows, out, inner)
+    with torch.inference_mode():
+        return {engine: milliseconds(int8_product(x, weight, engine), REPEATS) for engine in INT8_ENGINES}
+
+
 def measured(
-    shapes: list[tuple[int, int, int]], cache: MeasuredFile, timer: Callable[..., dict[str, float]]
+    shapes: list[tuple[int, int, int]],
+    cache: MeasuredFile,
+    timer: Callable[..., dict[str, float]],
+    margin: float = SPEED_UP,
 ) -> tuple[dict[str, float], str]:
-    """The summed time of `shapes` in each of `cache`'s precisions, from the machine's cache or
+    """The summed time of `shapes` in each of `cache`'s choices, from the machine's cache or
     measured now by `timer` (and cached), and the line saying the cache was ignored ('' if
-    not). The first precision is the reference a faster one is chosen against."""
+    not). The first choice is the reference the other is kept against, where `margin` times
+    faster."""
     cached, note = cache.entries(machine_key())
     reference, other = cache.choices
     totals = dict.fromkeys(cache.choices, 0.0)
@@ -157,7 +172,7 @@ def measured(
         key = " x ".join(map(str, shape))
         if key not in cached:
             timings = timer(*shape)
-            faster = other if timings[other] * SPEED_UP <= timings[reference] else reference
+            faster = other if timings[other] * margin <= timings[reference] else reference
             cached[key] = cache.save(machine_key(), key, Entry(faster, timings))
         for name in totals:
             totals[name] += cached[key].ms[name]
@@ -202,6 +217,8 @@ def choose(
                 f"precision: bf16 ({given}), emulated: this CPU has no bf16 units, so it runs slower "
                 "than fp32",
             )
+        if asked == "int8":
+            return _on_int8_kernels(model, f"precision: int8 ({given})")
         return Choice(asked, f"precision: {asked} ({given})")
     chosen = _fp32_or_bf16(model)
     if check is None or "int8" not in allowed:
@@ -229,11 +246,55 @@ def _after(note: str, why: str) -> str:
     return f"{note}\n{why}" if note else why
 
 
-def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choice:
-    """int8, where the products it replaces run `SPEED_UP` times as fast as in `chosen`'s
-    precision (bf16's time from its own cache), else `chosen`, with why."""
+@dataclass(frozen=True)
+class Int8Kernels:
+    """The int8 engine a model runs on, the phrase saying why, and the line saying its cache was
+    ignored ('' if not)."""
+
+    engine: str | None
+    why: str
+    note: str = ""
+
+
+def int8_kernels_for(model: nn.Module) -> Int8Kernels:
+    """$NMT_INT8_ENGINE when set; where this torch has both `INT8_ENGINES`, the one that ran the
+    model's int8 products faster here (oneDNN's by `ENGINE_MARGIN`), timed once and cached; else
+    torch's default."""
+    available = int8_engines()
+    if forced := os.environ.get(ENGINE):
+        if forced not in available:
+            kinds = ", ".join(available) or "it has neither fbgemm nor onednn"
+            raise NMTError(
+                f"{ENGINE}={forced!r} is not an int8 engine this torch has ({kinds}); name one or unset it"
+            )
+        return Int8Kernels(forced, f"{INT8_ENGINES[forced]}'s kernels ({ENGINE}={forced})")
     shapes = product_shapes(model, INT8_LAYERS)
-    totals, note = measured(shapes, INT8_CACHE, time_int8)
+    if len(available) < len(INT8_ENGINES) or not shapes:
+        return Int8Kernels(None, "torch's default kernels")
+    totals, note = measured(shapes, ENGINE_CACHE, time_engines, ENGINE_MARGIN)
+    ratio = totals["fbgemm"] / max(totals["onednn"], 1e-9)
+    engine = "onednn" if ratio >= ENGINE_MARGIN else "fbgemm"
+    why = (
+        f"{INT8_ENGINES[engine]}'s kernels (oneDNN's ran its products {ratio:.2f}x as fast as "
+        f"fbgemm's here, {ENGINE_MARGIN:g}x needed for oneDNN; kept in {ENGINE_CACHE.path})"
+    )
+    return Int8Kernels(engine, why, note)
+
+
+def _on_int8_kernels(model: nn.Module, why: str) -> Choice:
+    """int8, on the kernels `int8_kernels_for` chooses, saying so after `why`."""
+    kernels = int8_kernels_for(model)
+    return Choice("int8", _after(kernels.note, f"{why}, on {kernels.why}"), kernels.engine)
+
+
+def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choice:
+    """int8 on the faster int8 kernels, where the products it replaces run `SPEED_UP` times as
+    fast there as in `chosen`'s precision (bf16's time from its own cache), else `chosen`, with
+    why."""
+    shapes = product_shapes(model, INT8_LAYERS)
+    kernels = int8_kernels_for(model)
+    with int8_kernels(kernels.engine):  # the engine the int8 products are packed for
+        totals, note = measured(shapes, INT8_CACHE, time_int8)
     against = totals["fp32"]
     if chosen.name == "bf16":
         by_dtype = measured(shapes, CACHE, time_precisions)[0]
@@ -245,16 +306,21 @@ def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choic
     why = (
         f"precision: int8 (auto: the products it replaces run {ratio:.2f}x as fast as in "
         f"{chosen.name} on this CPU, {SPEED_UP:g}x needed, and {check}; timed once, kept in "
-        f"{INT8_CACHE.path})"
+        f"{INT8_CACHE.path}), on {kernels.why}"
     )
-    return Choice("int8", _after(note, why))
+    return Choice("int8", _after("\n".join(filter(None, (kernels.note, note))), why), kernels.engine)
 
 
 def report() -> str:
     """`nmt env --bench`: this machine's measured products, one line a shape and cache ('' when
     none)."""
     lines = []
-    for cache, use in ((CACHE, "a model first ran on auto"), (INT8_CACHE, "auto first weighed int8")):
+    uses = (
+        (CACHE, "a model first ran on auto"),
+        (INT8_CACHE, "auto first weighed int8"),
+        (ENGINE_CACHE, "int8 first chose its kernels"),
+    )
+    for cache, use in uses:
         entries, note = cache.by_shape(machine_key())
         if note or not entries:
             lines += [note] if note else []

@@ -126,11 +126,14 @@ def test_the_users_choice_wins_and_auto_without_bf16_units_measures_nothing(monk
         "precision: fp32 (auto: this CPU has no bf16 units oneDNN can use)"
     )
     assert "emulated" in precision.choose("bf16", Model(), cpu).why
-    for name in ("fp32", "int8"):
-        assert precision.choose(name, Model(), cpu) == precision.Choice(name, f"precision: {name} (asked)")
+    assert precision.choose("fp32", Model(), cpu) == precision.Choice("fp32", "precision: fp32 (asked)")
+    default = "on torch's default kernels"  # a model without the layers int8 replaces: nothing to time
+    assert precision.choose("int8", Model(), cpu) == precision.Choice(
+        "int8", f"precision: int8 (asked), {default}"
+    )
     monkeypatch.setenv(precision.AUTO, "int8")  # what auto stands for
     assert precision.choose("auto", Model(), cpu) == precision.Choice(
-        "int8", "precision: int8 (NMT_PRECISION=int8)"
+        "int8", f"precision: int8 (NMT_PRECISION=int8), {default}"
     )
     assert precision.choose("bf16", Model(), cpu).name == "bf16"  # an explicit choice wins
     monkeypatch.setenv(precision.AUTO, "fast\x1b[2K")
@@ -180,6 +183,7 @@ def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeyp
         return lambda *shape: timed_int8.append(shape) or {"fp32": 3.0, "int8": ms}
 
     monkeypatch.setattr(precision, "time_int8", int8_at(1.0))  # int8: 3x fp32, so bf16's speed
+    monkeypatch.setattr(precision, "time_engines", engines_at(1.0))
     cpu, check = torch.device("cpu"), precision.BleuCheck({"fp32": 30.0, "int8": 29.9}, "a set")
     same = precision.choose("auto", Int8Model(), cpu, check=check)
     assert same.name == "bf16" and same.why.endswith("; not int8: 1.00x as fast as bf16, 1.5x needed")
@@ -193,6 +197,54 @@ def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeyp
     assert faster.name == "int8" and "the products it replaces run 2.00x as fast as in bf16" in faster.why
     assert "int8 scored 29.90 BLEU against fp32's 30.00 on a set, 0.2 lower allowed" in faster.why
     assert "64 x 50 x 8" in precision.report().split("auto first weighed int8")[1]
+    assert faster.engine == "fbgemm" and "on fbgemm's kernels (oneDNN's ran its products 1.00x" in faster.why
+
+
+def engines_at(onednn_ratio: float, calls: list | None = None):
+    """A timer of the int8 engines: oneDNN's kernels `onednn_ratio` times as fast as fbgemm's."""
+    record = [] if calls is None else calls
+    return lambda *shape: record.append(shape) or {"fbgemm": onednn_ratio, "onednn": 1.0}
+
+
+def test_int8_runs_on_the_engine_that_ran_its_products_faster_measured_once_and_cached(monkeypatch):
+    if precision.int8_engines() != ["fbgemm", "onednn"]:
+        pytest.skip("this torch has not both of fbgemm's and oneDNN's int8 kernels")
+    cpu, calls = torch.device("cpu"), []
+    monkeypatch.setattr(precision, "time_engines", engines_at(1.05, calls))
+    close = precision.choose("int8", Int8Model(), cpu)
+    assert close.engine == "fbgemm"  # oneDNN 5% faster: under the margin, torch's default stays
+    assert (
+        "precision: int8 (asked), on fbgemm's kernels (oneDNN's ran its products 1.05x as fast" in close.why
+    )
+    assert calls == precision.product_shapes(Int8Model(), precision.INT8_LAYERS)
+    cached = json.loads(precision.ENGINE_CACHE.path.read_text())[precision.machine_key()]
+    assert cached["64 x 50 x 8"] == {"choice": "fbgemm", "ms": {"fbgemm": 1.05, "onednn": 1.0}}
+    assert precision.choose("int8", Int8Model(), cpu).engine == "fbgemm" and len(calls) == 4  # cached
+    assert "int8 first chose its kernels" in precision.report()
+
+    precision.ENGINE_CACHE.path.unlink()
+    monkeypatch.setattr(precision, "time_engines", engines_at(1.3))
+    fast = precision.choose("int8", Int8Model(), cpu)
+    assert fast.engine == "onednn" and "on oneDNN's kernels (oneDNN's ran its products 1.30x" in fast.why
+
+    monkeypatch.setattr(precision, "time_engines", lambda *shape: pytest.fail("measured, though forced"))
+    monkeypatch.setenv(precision.ENGINE, "fbgemm")
+    forced = precision.choose("int8", Int8Model(), cpu)
+    assert forced == precision.Choice(
+        "int8", "precision: int8 (asked), on fbgemm's kernels (NMT_INT8_ENGINE=fbgemm)", "fbgemm"
+    )
+    monkeypatch.setenv(precision.ENGINE, "qnnpack")
+    with pytest.raises(
+        NMTError, match=r"NMT_INT8_ENGINE='qnnpack' is not an int8 engine this torch has \(fbgemm, onednn\)"
+    ):
+        precision.choose("int8", Int8Model(), cpu)
+
+
+def test_a_real_measurement_times_both_int8_engines():
+    if precision.int8_engines() != ["fbgemm", "onednn"]:
+        pytest.skip("this torch has not both of fbgemm's and oneDNN's int8 kernels")
+    timings = precision.time_engines(8, 64, 32)
+    assert set(timings) == {"fbgemm", "onednn"} and all(ms > 0 for ms in timings.values())
 
 
 @pytest.mark.parametrize("onednn", [True, False])
