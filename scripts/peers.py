@@ -20,6 +20,13 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py score onmt --python ... --work ...   # test BLEU of every saved checkpoint
     python scripts/peers.py score nmt --work ... --model RUN_DIR  # the same for an nmt run
     python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
+    python scripts/peers.py matrix --model RUN --onmt CKPT --python ../peers/onmt/bin/python \
+        [--marian MODEL --marian-python ../peers/marian/bin/python] [--src test big] [--rounds 2]
+
+`matrix` is issue 62's decoding table in one command: every toolkit's whole translate command on
+each file, greedy and beam 5, the rounds alternating which toolkit runs first, each run's own
+peak memory; it prints the table (median seconds, and each nmt precision's speed against
+OpenNMT-py's) and then its JSON.
 
 Every peer reads the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
 so vocabularies and sequence lengths are equal (Marian builds its vocabulary from those pieces);
@@ -39,8 +46,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -403,12 +412,7 @@ def translate(
     if shortlist is not None and peer != "nmt":
         raise SystemExit("peers: --shortlist is nmt's (nmt shortlist makes one)")
     cmd, out = translate_command(peer, python, work, model, beam, src, precision, search, shortlist)
-    start = time.perf_counter()
-    with (work / "sp" / f"{name}.de").open("rb") as stdin:
-        proc = subprocess.run(
-            cmd, stdin=stdin, capture_output=True, text=True, env=peer_env(threads), check=False
-        )
-    seconds = time.perf_counter() - start
+    proc, seconds, peak_mib = run_measured(cmd, work / "sp" / f"{name}.de", peer_env(threads))
     if proc.returncode:
         raise SystemExit(f"peers: {cmd[0]} failed:\n{proc.stderr[-2000:]}")
     loop = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stderr + proc.stdout)
@@ -424,10 +428,84 @@ def translate(
         "process_sent_per_s": round(len(hyps) / seconds, 1),
         "process_s": round(seconds, 2),
         "mean_output_words": round(statistics.mean(len(h.split()) for h in hyps), 2),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(peak_mib, 1),
         "bleu": bleu(hyps) if src == "test" else None,
         "threads": threads,
     }
+
+
+def run_measured(cmd: list[str], stdin: Path, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
+    """`cmd` run to its end on `stdin`: what it returned, its wall seconds and its own peak memory
+    in MiB (wait4's figure for this child and what it waited for, where RUSAGE_CHILDREN would give
+    the largest of every child so far)."""
+    with stdin.open("rb") as source, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=source, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        text = []
+        for stream in (out, err):
+            stream.seek(0)
+            text.append(stream.read().decode("utf-8", errors="replace"))
+    return subprocess.CompletedProcess(cmd, proc.returncode, *text), seconds, usage.ru_maxrss / 1024
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """One column of the decoding matrix: a toolkit, its model and the precision it decodes in."""
+
+    label: str
+    peer: str
+    python: str
+    model: Path
+    precision: str
+
+
+Runs = dict[tuple[str, int], dict[str, list[dict]]]  # (file, beam) -> entrant -> its runs' results
+
+
+def matrix(
+    entrants: list[Entrant], work: Path, sources: list[str], beams: list[int], rounds: int, threads: int
+) -> Runs:
+    """Every entrant's whole translate command on each of `sources` at each beam, `rounds` times
+    (once on the 10,000-line file), each round in the other order; the results by case."""
+    runs: Runs = {}
+    for src in sources:
+        for beam in beams:
+            case = runs.setdefault((src, beam), {e.label: [] for e in entrants})
+            for r in range(rounds if src == "test" else 1):
+                for e in entrants if r % 2 == 0 else entrants[::-1]:
+                    result = translate(e.peer, e.python, work, e.model, beam, threads, src, e.precision)
+                    case[e.label].append(result)
+                    print(json.dumps({"entrant": e.label, **result}), file=sys.stderr, flush=True)
+    return runs
+
+
+def matrix_table(runs: Runs, against: str = "OpenNMT-py") -> str:
+    """A markdown table: a row per file and search, a column per entrant with each run's seconds,
+    its peak memory and BLEU; then each other entrant's speed against `against` (median seconds)."""
+    labels = list(next(iter(runs.values())))
+    lines = [f"| whole command | {' | '.join(labels)} |", "|---" + "|---:" * len(labels) + "|"]
+    ratios = []
+    for (src, beam), case in runs.items():
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        name = f"{'test_2016' if src == 'test' else '10,014 lines'}, {search}"
+        cells = []
+        for label in labels:
+            done = case[label]
+            seconds = " / ".join(f"{r['process_s']:.2f}" for r in done)
+            peak = max(r["peak_rss_mib"] for r in done)
+            scored = f", BLEU {done[0]['bleu']:.2f}" if done[0]["bleu"] is not None else ""
+            cells.append(f"{seconds} s, {peak:,.0f} MiB{scored}")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+        if against in case:
+            base = statistics.median(r["process_s"] for r in case[against])
+            for label in labels:
+                if label != against:
+                    mine = statistics.median(r["process_s"] for r in case[label])
+                    ratios.append(f"{name}: {label} {base / mine:.2f}x {against}'s speed")
+    return "\n".join(lines + [""] + ratios)
 
 
 def decode_pieces(path: Path) -> list[str]:
@@ -505,7 +583,7 @@ def plot(curves: list[Path], labels: list[str], out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["prepare", "train", "translate", "score", "plot"])
+    ap.add_argument("command", choices=["prepare", "train", "translate", "score", "plot", "matrix"])
     ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "marian", "nmt"])
     ap.add_argument("--python", help="the peer virtualenv's python")
     ap.add_argument("--work", type=Path, default=Path("../peers/work"))
@@ -531,8 +609,17 @@ def main() -> None:
     )
     ap.add_argument("--shortlist", type=Path, help="translate: nmt's --shortlist (from `nmt shortlist`)")
     ap.add_argument(
-        "--src", choices=["test", "big"], default="test", help="translate: test_2016 or the 10k file"
+        "--src", choices=["test", "big"], nargs="+", default=["test"],
+        help="translate: test_2016 or the 10k file; matrix: either or both",
+    )  # fmt: skip
+    ap.add_argument("--onmt", type=Path, help="matrix: OpenNMT-py's checkpoint (--python runs it)")
+    ap.add_argument("--marian", type=Path, help="matrix: Marian's model.npz (--marian-python runs it)")
+    ap.add_argument("--marian-python", help="matrix: the Marian virtualenv's python")
+    ap.add_argument(
+        "--precisions", nargs="+", default=["fp32", "auto"], help="matrix: nmt's precisions, a column each"
     )
+    ap.add_argument("--beams", type=int, nargs="+", default=[1, 5], help="matrix: the searches' beams")
+    ap.add_argument("--rounds", type=int, default=2, help="matrix: runs of each case on test_2016")
     ap.add_argument(
         "--search", choices=["same", "default"], default="same",
         help="translate: the same search for every toolkit, or each one's defaults",
@@ -550,9 +637,18 @@ def main() -> None:
         result = train(args.peer, args.python, work, args)
     elif args.command == "translate":
         result = translate(
-            args.peer, args.python, work, args.model, args.beam, args.threads, args.src, args.precision,
+            args.peer, args.python, work, args.model, args.beam, args.threads, args.src[0], args.precision,
             args.search, args.shortlist,
         )  # fmt: skip
+    elif args.command == "matrix":
+        entrants = [Entrant(f"nmt {p}", "nmt", sys.executable, args.model, p) for p in args.precisions]
+        entrants.append(Entrant("OpenNMT-py", "onmt", args.python, args.onmt, "auto"))
+        if args.marian:  # its fastest CPU mode: int8, packed
+            label = f"Marian {MARIAN_GEMM['int8']}"
+            entrants.append(Entrant(label, "marian", args.marian_python, args.marian, "int8"))
+        runs = matrix(entrants, work, args.src, args.beams, args.rounds, args.threads)
+        print(matrix_table(runs))
+        result = {f"{src} beam {beam}": case for (src, beam), case in runs.items()}
     elif args.peer == "nmt":
         result = score_nmt(args.model, args.beam)  # --model: the nmt run directory
     else:

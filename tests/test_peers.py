@@ -52,3 +52,40 @@ def test_marians_decoding_is_a_script_of_the_same_search_and_has_no_bf16(peers, 
     assert onmt[-2:] == ["-precision", "int8"]
     with pytest.raises(SystemExit, match="Marian has no bf16 on a CPU"):
         peers.translate_command("marian", "/venv/bin/python", tmp_path, model, 5, precision="bf16")
+
+
+def test_the_matrix_alternates_the_order_and_runs_the_long_file_once(peers, monkeypatch):
+    ran = []
+
+    def translate(peer, python, work, model, beam, threads, src, precision):
+        ran.append((src, beam, peer, precision))
+        seconds = {"nmt": 2.0 if precision == "fp32" else 1.0, "onmt": 3.0}[peer]
+        return {"process_s": seconds + len(ran) / 100, "peak_rss_mib": 400.0 + len(ran), "bleu": 36.5}
+
+    monkeypatch.setattr(peers, "translate", translate)
+    entrants = [
+        peers.Entrant("nmt fp32", "nmt", "py", Path("run"), "fp32"),
+        peers.Entrant("nmt auto", "nmt", "py", Path("run"), "auto"),
+        peers.Entrant("OpenNMT-py", "onmt", "onmt-py", Path("ckpt"), "auto"),
+    ]
+    runs = peers.matrix(entrants, Path("work"), ["test", "big"], [1, 5], rounds=2, threads=2)
+    first = [(peer, precision) for src, beam, peer, precision in ran[:6]]
+    assert first == [
+        ("nmt", "fp32"),
+        ("nmt", "auto"),
+        ("onmt", "auto"),
+        ("onmt", "auto"),
+        ("nmt", "auto"),
+        ("nmt", "fp32"),
+    ]
+    assert len(ran) == 2 * 6 + 2 * 3  # test_2016: 2 rounds of 3 at each beam; the long file once
+    assert list(runs) == [("test", 1), ("test", 5), ("big", 1), ("big", 5)]
+
+    table = peers.matrix_table(runs).splitlines()
+    assert table[0] == "| whole command | nmt fp32 | nmt auto | OpenNMT-py |"
+    assert table[2] == (
+        "| test_2016, greedy | 2.01 / 2.06 s, 406 MiB, BLEU 36.50 | 1.02 / 1.05 s, 405 MiB, BLEU 36.50 "
+        "| 3.03 / 3.04 s, 404 MiB, BLEU 36.50 |"
+    )
+    assert "test_2016, greedy: nmt auto 2.93x OpenNMT-py's speed" in table  # medians 3.035 / 1.035
+    assert "10,014 lines, beam 5: nmt fp32 1.47x OpenNMT-py's speed" in table  # 3.18 / 2.16
