@@ -22,11 +22,15 @@ releases, so install them with --no-deps on top of torch 2.13), e.g.
     python scripts/peers.py plot --curves onmt.json nmt.json --labels OpenNMT-py nmt --out curve.png
     python scripts/peers.py matrix --model RUN --onmt CKPT --python ../peers/onmt/bin/python \
         [--marian MODEL --marian-python ../peers/marian/bin/python] [--src test big] [--rounds 2]
+    python scripts/peers.py train-matrix --python ../peers/onmt/bin/python [--cases CASE ...] \
+        [--threads-list 1 2] [--rounds 4]
 
 `matrix` is issue 62's decoding table in one command: every toolkit's whole translate command on
 each file, greedy and beam 5, the rounds alternating which toolkit runs first, each run's own
 peak memory; it prints the table (median seconds, and each nmt precision's speed against
-OpenNMT-py's) and then its JSON.
+OpenNMT-py's) and then its JSON. `train-matrix` is its training table: scripts/bench.py's
+training cases (30 steps) and OpenNMT-py on the bench shape (--steps, default 60, reported every
+10), alternated, at each thread count: target tokens/s, peak memory, medians and their ratio.
 
 Every peer reads the same SentencePiece pieces as nmt (the bench's joint 8k model, applied here),
 so vocabularies and sequence lengths are equal (Marian builds its vocabulary from those pieces);
@@ -41,7 +45,6 @@ import functools
 import json
 import os
 import re
-import resource
 import signal
 import statistics
 import subprocess
@@ -288,17 +291,19 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     timeline = []  # (seconds since start, step) at each logged report
     deadline = start + args.minutes * 60 if args.minutes else None
     pattern, train_log = TOK_S[peer], run / "train.log"
-    while proc.poll() is None:
+    usage = None  # the child's own resources, once it has ended (wait4: its peak memory alone)
+    while usage is None:
         time.sleep(0.5)
+        pid, _, ended = os.wait4(proc.pid, os.WNOHANG)
+        usage = ended if pid else None
         text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
         reached = [number(m.group(1)) for m in pattern.finditer(text)]
         if reached and (not timeline or reached[-1] != timeline[-1][1]):
             timeline.append((round(time.perf_counter() - start, 2), reached[-1]))
-        if peer == "joey" and reached and args.steps and reached[-1] >= args.steps:
-            stop()  # JoeyNMT counts epochs, not steps
-        if deadline and time.perf_counter() >= deadline:
+        # JoeyNMT counts epochs, not steps: it is stopped at --steps
+        joey_done = peer == "joey" and reached and args.steps and reached[-1] >= args.steps
+        if usage is None and (joey_done or (deadline and time.perf_counter() >= deadline)):
             stop()
-    proc.wait()
     seconds = time.perf_counter() - start
     text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
     rates = [number(m.group(m.lastindex)) for m in pattern.finditer(text)]
@@ -328,7 +333,7 @@ def train(peer: str, python: str, work: Path, args) -> dict:
         "windows": len(rates),
         "wall_s": round(seconds, 1),
         "time_to_first_report_s": timeline[0][0] if timeline else None,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
         "threads": args.threads,
         "run": str(run),
     }
@@ -508,6 +513,56 @@ def matrix_table(runs: Runs, against: str = "OpenNMT-py") -> str:
     return "\n".join(lines + [""] + ratios)
 
 
+def bench_case(case: str, threads: int) -> dict:
+    """scripts/bench.py's training `case` (its default 30 steps) in a process of `threads`."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--case", case, "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(threads), check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def train_matrix(cases: list[str], python: str, work: Path, args, threads: list[int], rounds: int) -> Runs:
+    """Each nmt bench `case` and OpenNMT-py's training, `rounds` times at each thread count, each
+    round in the other order; the results keyed ("train", threads). OpenNMT-py's runs go to
+    WORK/onmt-tb{threads}, apart from a 20-minute run's folder."""
+    runs: Runs = {}
+    labels = [*cases, "OpenNMT-py"]
+    for n in threads:
+        row = runs.setdefault(("train", n), {label: [] for label in labels})
+        settings = {"threads": n, "steps": args.steps or 60, "report_every": 10, "tag": f"tb{n}"}
+        peer_args = argparse.Namespace(**vars(args) | settings)
+        for r in range(rounds):
+            for label in labels if r % 2 == 0 else labels[::-1]:
+                result = (
+                    train("onmt", python, work, peer_args) if label == "OpenNMT-py" else bench_case(label, n)
+                )
+                row[label].append(result)
+                print(json.dumps({"entrant": label, **result}), file=sys.stderr, flush=True)
+    return runs
+
+
+def train_table(runs: Runs, against: str = "OpenNMT-py") -> str:
+    """A markdown table: a row per thread count, a column per entrant with each run's target
+    tokens/s, the median and the peak memory; then each entrant's median against `against`'s."""
+    labels = list(next(iter(runs.values())))
+    lines = [f"| threads | {' | '.join(labels)} |", "|---:" + "|---" * len(labels) + "|"]
+    ratios = []
+    for (_, threads), row in runs.items():
+        medians = {label: statistics.median(r["value"] for r in row[label]) for label in labels}
+        cells = [
+            f"{' / '.join(format(r['value'], ',.0f') for r in row[label])} (median {medians[label]:,.0f}), "
+            f"{max(r['peak_rss_mib'] for r in row[label]):,.0f} MiB"
+            for label in labels
+        ]
+        lines.append(f"| {threads} | {' | '.join(cells)} |")
+        ratios += [
+            f"{threads} thread{'s' * (threads > 1)}: {label} {medians[label] / medians[against]:.2f}x "
+            f"{against}'s target tokens/s"
+            for label in labels
+            if label != against
+        ]
+    return "\n".join(lines + [""] + ratios)
+
+
 def decode_pieces(path: Path) -> list[str]:
     sp, _ = tokenizer()
     return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
@@ -583,7 +638,9 @@ def plot(curves: list[Path], labels: list[str], out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["prepare", "train", "translate", "score", "plot", "matrix"])
+    ap.add_argument(
+        "command", choices=["prepare", "train", "translate", "score", "plot", "matrix", "train-matrix"]
+    )
     ap.add_argument("peer", nargs="?", choices=["onmt", "joey", "marian", "nmt"])
     ap.add_argument("--python", help="the peer virtualenv's python")
     ap.add_argument("--work", type=Path, default=Path("../peers/work"))
@@ -619,7 +676,14 @@ def main() -> None:
         "--precisions", nargs="+", default=["fp32", "auto"], help="matrix: nmt's precisions, a column each"
     )
     ap.add_argument("--beams", type=int, nargs="+", default=[1, 5], help="matrix: the searches' beams")
-    ap.add_argument("--rounds", type=int, default=2, help="matrix: runs of each case on test_2016")
+    ap.add_argument("--rounds", type=int, default=2, help="(train-)matrix: runs of each case")
+    ap.add_argument(
+        "--cases",
+        nargs="+",
+        default=["train-luong-general-if"],
+        help="train-matrix: scripts/bench.py's cases",
+    )
+    ap.add_argument("--threads-list", type=int, nargs="+", default=[2, 1], help="train-matrix: thread counts")
     ap.add_argument(
         "--search", choices=["same", "default"], default="same",
         help="translate: the same search for every toolkit, or each one's defaults",
@@ -649,6 +713,10 @@ def main() -> None:
         runs = matrix(entrants, work, args.src, args.beams, args.rounds, args.threads)
         print(matrix_table(runs))
         result = {f"{src} beam {beam}": case for (src, beam), case in runs.items()}
+    elif args.command == "train-matrix":
+        runs = train_matrix(args.cases, args.python, work, args, args.threads_list, args.rounds)
+        print(train_table(runs))
+        result = {f"{threads} threads": row for (_, threads), row in runs.items()}
     elif args.peer == "nmt":
         result = score_nmt(args.model, args.beam)  # --model: the nmt run directory
     else:

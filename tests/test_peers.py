@@ -1,6 +1,7 @@
 """scripts/peers.py's Marian peer, without Marian: the training command is the bench shape, its
 log is read as Marian writes it, and its decoding script is Python that names the same search."""
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,33 @@ def test_the_matrix_alternates_the_order_and_runs_the_long_file_once(peers, monk
     )
     assert "test_2016, greedy: nmt auto 2.93x OpenNMT-py's speed" in table  # medians 3.035 / 1.035
     assert "10,014 lines, beam 5: nmt fp32 1.47x OpenNMT-py's speed" in table  # 3.18 / 2.16
+
+
+def test_the_training_matrix_alternates_and_keeps_opennmt_py_apart_from_a_20_minute_run(peers, monkeypatch):
+    ran = []
+
+    def bench_case(case, threads):
+        ran.append((case, threads))
+        return {"value": 1000.0 * threads + len(ran), "peak_rss_mib": 800.0}
+
+    def train(peer, python, work, args):
+        ran.append((peer, args.threads, args.tag, args.steps, args.report_every))
+        return {"value": 900.0 * args.threads, "peak_rss_mib": 2000.0 + len(ran)}
+
+    monkeypatch.setattr(peers, "bench_case", bench_case)
+    monkeypatch.setattr(peers, "train", train)
+    args = argparse.Namespace(steps=None, report_every=25, tag="bench", threads=2)
+    runs = peers.train_matrix(["train-luong-general-if"], "onmt-py", Path("work"), args, [2, 1], rounds=2)
+    assert ran[:4] == [
+        ("train-luong-general-if", 2),
+        ("onmt", 2, "tb2", 60, 10),
+        ("onmt", 2, "tb2", 60, 10),
+        ("train-luong-general-if", 2),
+    ]
+    table = peers.train_table(runs).splitlines()
+    assert table[0] == "| threads | train-luong-general-if | OpenNMT-py |"
+    assert (
+        table[2] == "| 2 | 2,001 / 2,004 (median 2,002), 800 MiB | 1,800 / 1,800 (median 1,800), 2,003 MiB |"
+    )
+    assert "2 threads: train-luong-general-if 1.11x OpenNMT-py's target tokens/s" in table  # 2,002.5 / 1,800
+    assert "1 thread: train-luong-general-if 1.12x OpenNMT-py's target tokens/s" in table  # 1,006.5 / 900
