@@ -98,8 +98,8 @@ def bf16_units() -> bool:
 
 
 def int8_engines() -> list[str]:
-    """The `INT8_ENGINES` this torch build has (x86: both; elsewhere neither, and int8 runs on
-    torch's default kernels)."""
+    """The `INT8_ENGINES` this torch build has (an x86 build: both; where it has not both, int8
+    runs on torch's default kernels)."""
     return [engine for engine in INT8_ENGINES if engine in torch.backends.quantized.supported_engines]
 
 

@@ -294,8 +294,9 @@ def train(peer: str, python: str, work: Path, args) -> dict:
     usage = None  # the child's own resources, once it has ended (wait4: its peak memory alone)
     while usage is None:
         time.sleep(0.5)
-        pid, _, ended = os.wait4(proc.pid, os.WNOHANG)
-        usage = ended if pid else None
+        pid, status, ended = os.wait4(proc.pid, os.WNOHANG)
+        if pid:  # reaped here, so Popen is told how it ended
+            usage, proc.returncode = ended, os.waitstatus_to_exitcode(status)
         text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
         reached = [number(m.group(1)) for m in pattern.finditer(text)]
         if reached and (not timeline or reached[-1] != timeline[-1][1]):
@@ -305,6 +306,7 @@ def train(peer: str, python: str, work: Path, args) -> dict:
         if usage is None and (joey_done or (deadline and time.perf_counter() >= deadline)):
             stop()
     seconds = time.perf_counter() - start
+    log.close()
     text = (run / "train.log").read_text(encoding="utf-8", errors="replace")
     rates = [number(m.group(m.lastindex)) for m in pattern.finditer(text)]
     if not rates:
