@@ -1,5 +1,6 @@
-"""scripts/peers.py's Marian peer, without Marian: the training command is the bench shape, its
-log is read as Marian writes it, and its decoding script is Python that names the same search."""
+"""scripts/peers.py without the peers: Marian's training command is the bench shape, its log is
+read as Marian writes it, and its decoding script is Python that names the same search; the
+decoding and training matrices alternate their runs and tabulate them."""
 
 import argparse
 from pathlib import Path
