@@ -182,10 +182,9 @@ def _weight_gradients_put_back():
     module's fixture trained a model."""
     from nmt.model import linear
 
-    defaults = linear._onednn_always, linear._output_onednn_always
-    linear.choose_weight_gradient, linear.choose_output_product = defaults
+    linear.choose_weight_gradient = linear.choose_output_product = linear._onednn_always
     yield
-    linear.choose_weight_gradient, linear.choose_output_product = defaults
+    linear.choose_weight_gradient = linear.choose_output_product = linear._onednn_always
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,8 @@ WEIGHT_GRADIENT: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 }
 
 
-def _onednn_always(rows: int, out: int, inner: int) -> str:
+def _onednn_always(*shape: object) -> str:
+    """The default backend of every product training may measure: oneDNN."""
     return "onednn"
 
 
@@ -142,13 +143,9 @@ OUTPUT_PRODUCT: dict[str, Callable[[Tensor, Tensor, Tensor | None, bool], Tensor
 }
 
 
-def _output_onednn_always(rows: int, out: int, inner: int, transposed: bool) -> str:
-    return "onednn"
-
-
 # (rows, out, inner, transposed) of an output-layer product -> its backend: oneDNN unless
 # training installs a measured choice (`nmt.train.backends.BackendChoices.install`).
-choose_output_product: Callable[[int, int, int, bool], str] = _output_onednn_always
+choose_output_product: Callable[[int, int, int, bool], str] = _onednn_always
 
 
 class OneDNNLinear(torch.autograd.Function):

@@ -256,10 +256,10 @@ class Int8Kernels:
     note: str = ""
 
 
-def int8_kernels_for(model: nn.Module) -> Int8Kernels:
+def int8_kernels_for(shapes: list[tuple[int, int, int]]) -> Int8Kernels:
     """$NMT_INT8_ENGINE when set; where this torch has both `INT8_ENGINES`, the one that ran the
-    model's int8 products faster here (oneDNN's by `ENGINE_MARGIN`), timed once and cached; else
-    torch's default."""
+    model's int8 product `shapes` faster here (oneDNN's by `ENGINE_MARGIN`), timed once and
+    cached; else torch's default."""
     available = int8_engines()
     if forced := os.environ.get(ENGINE):
         if forced not in available:
@@ -268,7 +268,6 @@ def int8_kernels_for(model: nn.Module) -> Int8Kernels:
                 f"{ENGINE}={forced!r} is not an int8 engine this torch has ({kinds}); name one or unset it"
             )
         return Int8Kernels(forced, f"{INT8_ENGINES[forced]}'s kernels ({ENGINE}={forced})")
-    shapes = product_shapes(model, INT8_LAYERS)
     if len(available) < len(INT8_ENGINES) or not shapes:
         return Int8Kernels(None, "torch's default kernels")
     totals, note = measured(shapes, ENGINE_CACHE, time_engines, ENGINE_MARGIN)
@@ -283,7 +282,7 @@ def int8_kernels_for(model: nn.Module) -> Int8Kernels:
 
 def _on_int8_kernels(model: nn.Module, why: str) -> Choice:
     """int8, on the kernels `int8_kernels_for` chooses, saying so after `why`."""
-    kernels = int8_kernels_for(model)
+    kernels = int8_kernels_for(product_shapes(model, INT8_LAYERS))
     return Choice("int8", _after(kernels.note, f"{why}, on {kernels.why}"), kernels.engine)
 
 
@@ -292,7 +291,7 @@ def _int8_if_faster(model: nn.Module, chosen: Choice, check: BleuCheck) -> Choic
     fast there as in `chosen`'s precision (bf16's time from its own cache), else `chosen`, with
     why."""
     shapes = product_shapes(model, INT8_LAYERS)
-    kernels = int8_kernels_for(model)
+    kernels = int8_kernels_for(shapes)
     with int8_kernels(kernels.engine):  # the engine the int8 products are packed for
         totals, note = measured(shapes, INT8_CACHE, time_int8)
     against = totals["fp32"]
