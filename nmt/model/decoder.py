@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from nmt.config import ModelConfig
 from nmt.model.attention import Attention
-from nmt.model.linear import Linear, linear
+from nmt.model.linear import Linear, linear, one_weight_gradient
 from nmt.model.output import OutputLayer
 from nmt.registry import Registry
 from nmt.vocab import PAD
@@ -317,18 +317,19 @@ class Decoder(Registry, nn.Module, kind="decoder"):
         # (unbound, so its gradient is one stack, not a zero-padded slice added up per position)
         embedded = self.embedded(tgt_in).unbind(1)
         pre_outputs, weights = [], []
-        for t, rows in enumerate(_live_rows(tgt_in)):
-            y_prev, y, at = tgt_in[:, t : t + 1], embedded[t][:, None], positions[:, t : t + 1]
-            if rows < B:  # the first rows' targets have ended: they leave the step
-                y_prev, y, at = y_prev[-rows:], y[-rows:], at[-rows:]
-                state, mem = state.last(rows), mem.last(rows)
-            pre_output, state, step_weights = self.recur(y_prev, state, mem, at, y)
-            if rows < B:  # zeros where the targets ended
-                pre_output, step_weights = (
-                    F.pad(x, (0, 0, 0, 0, B - rows, 0)) for x in (pre_output, step_weights)
-                )
-            pre_outputs.append(pre_output)
-            weights.append(step_weights)
+        with one_weight_gradient():  # each weight's gradient over all positions at once
+            for t, rows in enumerate(_live_rows(tgt_in)):
+                y_prev, y, at = tgt_in[:, t : t + 1], embedded[t][:, None], positions[:, t : t + 1]
+                if rows < B:  # the first rows' targets have ended: they leave the step
+                    y_prev, y, at = y_prev[-rows:], y[-rows:], at[-rows:]
+                    state, mem = state.last(rows), mem.last(rows)
+                pre_output, state, step_weights = self.recur(y_prev, state, mem, at, y)
+                if rows < B:  # zeros where the targets ended
+                    pre_output, step_weights = (
+                        F.pad(x, (0, 0, 0, 0, B - rows, 0)) for x in (pre_output, step_weights)
+                    )
+                pre_outputs.append(pre_output)
+                weights.append(step_weights)
         return torch.cat(pre_outputs, 1), torch.cat(weights, 1)
 
     def embedded(self, y_prev: Tensor) -> Tensor:

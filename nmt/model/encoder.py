@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import EncoderConfig
+from nmt.model import linear
+from nmt.model.padded_lstm import padded_lstm
 from nmt.vocab import PAD
 
 
@@ -30,8 +33,13 @@ class Encoder(nn.Module):
         Packing makes each direction's final state the one at the sentence's true end (the
         backward one at position 1), not after a run over padding; `enforce_sorted=False` means
         the caller need not sort. Positions past a sentence's end are zeros in `memory`.
+        With bf16 operands on a CPU with bf16 units, the same on oneDNN's RNN (`padded_lstm`).
         """
         x = self.dropout(self.embed(src))
+        B = src.size(0)
+        if self._on_bf16_units(x):
+            memory, h, c = padded_lstm(self.rnn, x, src_len)
+            return memory, (h.view(self.layers, 2, B, self.hidden), c.view(self.layers, 2, B, self.hidden))
         # Rows already longest first (a training batch on a GPU, `Batch.to`) need no sorting
         # indices, whose copy to the GPU waits for it; the CPU keeps the path it always had.
         src_len = src_len.cpu()
@@ -39,5 +47,15 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(x, src_len, batch_first=True, enforce_sorted=ordered)
         out, (h, c) = self.rnn(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
-        B = src.size(0)
         return memory, (h.view(self.layers, 2, B, self.hidden), c.view(self.layers, 2, B, self.hidden))
+
+    def _on_bf16_units(self, x: Tensor) -> bool:
+        """Whether the LSTM's products take bf16 operands (`nmt.model.linear.use_operands`) on a
+        CPU with bf16 units (emulated bf16 keeps the packed fp32 LSTM), and oneDNN applies."""
+        weight = getattr(self.rnn, "weight_ih_l0", None)  # an int8 LSTM has none
+        return (
+            weight is not None
+            and linear.BF16_UNITS
+            and linear.operands(weight) == torch.bfloat16
+            and linear.onednn_applies(x, weight)
+        )

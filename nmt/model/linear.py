@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -165,14 +166,114 @@ class OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        grad = grad.contiguous()
-        rows = grad.reshape(-1, grad.size(-1))
-        weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
-        grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
-        x_rows = x.reshape(-1, x.size(-1))
+        rows, x_rows, grad_x = _rows_and_input_gradient(ctx, grad, x, weight)
         grad_w = weight_gradient(rows, x_rows, ctx.dtype) if ctx.needs_input_grad[1] else None
         grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
+
+
+def _rows_and_input_gradient(ctx, grad: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """A product's gradient and input as rows, (R, N) and (R, K), and its input gradient."""
+    grad = grad.contiguous()
+    weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
+    grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
+    return grad.reshape(-1, grad.size(-1)), x.reshape(-1, x.size(-1)), grad_x
+
+
+GATHERED_ROWS = 512  # rows a gathered weight gradient multiplies at once: big products, bounded memory
+
+
+class _Gathered:
+    """One parameter's products inside `one_weight_gradient`: the rows of their gradients and
+    inputs, as their backward passes hand them over, multiplied `GATHERED_ROWS` at a time."""
+
+    def __init__(self, weight: Tensor) -> None:
+        self.weight = weight
+        self.grads: list[Tensor] = []
+        self.inputs: list[Tensor] = []
+        self.rows = 0
+        self.sum: Tensor | None = None
+
+    def add(self, grad: Tensor, x: Tensor) -> None:
+        self.grads.append(grad)
+        self.inputs.append(x)
+        self.rows += grad.size(0)
+        if self.rows >= GATHERED_ROWS:
+            self._multiply()
+
+    def _multiply(self) -> None:
+        part = weight_gradient(torch.cat(self.grads), torch.cat(self.inputs), operands(self.weight))
+        self.sum = part if self.sum is None else self.sum.add_(part)
+        self.grads, self.inputs, self.rows = [], [], 0
+
+    def gradient(self) -> Tensor | None:
+        """The weight's gradient over every row handed over since the last call (a graph kept
+        for a second backward gathers again)."""
+        if self.grads:
+            self._multiply()
+        total, self.sum = self.sum, None
+        return total
+
+
+class _WeightGradient(torch.autograd.Function):
+    """Between a parameter and its products inside `one_weight_gradient`, as a token tensor each
+    product takes: autograd runs this backward only after every product that took the token
+    has run its own, so the weight's gradient is one product over all their rows."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, gathered: _Gathered) -> Tensor:
+        ctx.gathered = gathered
+        return weight.new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _token_grad: Tensor):
+        return ctx.gathered.gradient(), None
+
+
+class _GatheringLinear(torch.autograd.Function):
+    """`OneDNNLinear` of a parameter whose weight gradient is gathered (`_Gathered`): the
+    backward hands its rows over instead of multiplying them."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, token: Tensor, bias: Tensor | None, weight: Tensor, gathered: _Gathered) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias, ctx.parameter, ctx.dtype, ctx.gathered = bias is not None, True, operands(weight), gathered
+        return _onednn(x, _prepacked(weight), bias, ctx.dtype, packed=True)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        rows, x_rows, grad_x = _rows_and_input_gradient(ctx, grad, x, weight)
+        ctx.gathered.add(rows, x_rows)
+        grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, weight.new_zeros(0), grad_b, None, None
+
+
+# parameter id -> its `_Gathered` and token, inside `one_weight_gradient` (None outside)
+_gathering: dict[int, tuple[_Gathered, Tensor]] | None = None
+
+
+@contextmanager
+def one_weight_gradient() -> Iterator[None]:
+    """Inside, each parameter multiplied by `linear` with gradients takes one weight gradient for
+    all its products, over all their rows, where it took one a product: a recurrence's weights
+    are multiplied at every target position, 64 rows at a time, and 30 small products with a
+    cast and an add each cost more than one of 2,000 rows
+    (docs/notes/performance-history.md §23.14)."""
+    global _gathering
+    outer, _gathering = _gathering, {}
+    try:
+        yield
+    finally:
+        _gathering = outer
+
+
+def _gathering_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    if id(weight) not in _gathering:
+        gathered = _Gathered(weight)
+        _gathering[id(weight)] = gathered, _WeightGradient.apply(weight, gathered)
+    gathered, token = _gathering[id(weight)]
+    return _GatheringLinear.apply(x, token, bias, weight, gathered)
 
 
 def onednn_applies(x: Tensor, weight: Tensor) -> bool:
@@ -194,8 +295,10 @@ def weight_gradient(grad: Tensor, x: Tensor, dtype: torch.dtype = FP32) -> Tenso
     torch.mm."""
     if not onednn_applies(x, grad):
         return torch.mm(grad.t(), x)
-    if dtype != FP32:
-        return _onednn(grad.t(), x.t(), None, dtype)
+    if dtype != FP32:  # torch.mm's bf16 kernels (oneDNN's matmul): 10-20% faster here than
+        # `_onednn` with x^T as a weight to lay out (the output layer's, 1,920 rows: 42 ms against 55)
+        out = torch.mm(_operand(grad).t(), _operand(x))
+        return out.to(FP32) if BF16_UNITS else out.to(BF16).to(FP32)
     return WEIGHT_GRADIENT[choose_weight_gradient(*grad.shape, x.size(1))](grad, x)
 
 
@@ -207,6 +310,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, prepack: bool 
         return F.linear(x, weight, bias)
     x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        if _gathering is not None and isinstance(weight, nn.Parameter) and weight.requires_grad:
+            return _gathering_linear(x, weight, bias)
         return OneDNNLinear.apply(x, weight, bias)
     if not prepack:
         return _onednn(x, weight, bias, operands(weight))

@@ -1,12 +1,15 @@
 """nmt.model.linear: F.linear's values and gradients, through oneDNN where it applies."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmt.model.linear import ONEDNN, Linear, linear
+from nmt.model import linear as linear_module
+from nmt.model.linear import ONEDNN, Linear, linear, one_weight_gradient
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
 
@@ -128,3 +131,49 @@ def test_the_output_layers_loss_prepacks_its_weight_once_a_step():
         objective, _ = layer.loss(x, target)
         objective.backward()
     assert counted.prepacked == 2  # the weight and its transpose, for every chunk of the step
+
+
+@pytest.mark.parametrize("rows_at_once, products", [(512, 1), (32, 3)])
+def test_one_weight_gradient_takes_a_recurrences_gradient_in_few_products(rows_at_once, products, monkeypatch):
+    """A cell applied at 20 positions of 4 rows: inside `one_weight_gradient` its weight's
+    gradient is one product per `GATHERED_ROWS` rows (80 rows: 1, or 3 of at most 32), where it
+    was one a position, and the gradients are the same; a product whose output reaches no loss
+    neither gets nor gives one."""
+    monkeypatch.setattr(linear_module, "GATHERED_ROWS", rows_at_once)
+    counted = []
+    product = linear_module.weight_gradient
+    monkeypatch.setattr(linear_module, "weight_gradient", lambda *a: counted.append(1) or product(*a))
+    torch.manual_seed(0)
+    cell, unused = Linear(8, 8), Linear(8, 3)
+    h0 = torch.randn(4, 8, requires_grad=True)
+
+    def gradients(scope):
+        h, outputs = h0, []
+        with scope():
+            for _ in range(20):
+                h = torch.tanh(cell(h))
+                unused(h)
+                outputs.append(h)
+        loss = torch.stack(outputs).square().sum()
+        return torch.autograd.grad(loss, [h0, cell.weight, cell.bias, unused.weight], allow_unused=True)
+
+    per_position = gradients(contextlib.nullcontext)
+    assert len(counted) == 20
+    counted.clear()
+    gathered = gradients(one_weight_gradient)
+    assert len(counted) == products
+    assert per_position[3] is None and gathered[3] is None
+    for a, e in zip(gathered[:3], per_position[:3], strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_gathered_gradient_taken_twice_from_a_kept_graph_is_the_same_twice():
+    torch.manual_seed(0)
+    cell = Linear(8, 8)
+    h = torch.randn(4, 8)
+    with one_weight_gradient():
+        for _ in range(5):
+            h = torch.tanh(cell(h))
+    first = torch.autograd.grad(h.sum(), cell.weight, retain_graph=True)[0]
+    second = torch.autograd.grad(h.sum(), cell.weight)[0]
+    assert torch.equal(first, second)
