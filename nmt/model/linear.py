@@ -172,7 +172,9 @@ class OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
-def _rows_and_input_gradient(ctx, grad: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+def _rows_and_input_gradient(
+    ctx, grad: Tensor, x: Tensor, weight: Tensor
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """A product's gradient and input as rows, (R, N) and (R, K), and its input gradient."""
     grad = grad.contiguous()
     weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
@@ -235,9 +237,16 @@ class _GatheringLinear(torch.autograd.Function):
     backward hands its rows over instead of multiplying them."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, token: Tensor, bias: Tensor | None, weight: Tensor, gathered: _Gathered) -> Tensor:
+    def forward(
+        ctx, x: Tensor, token: Tensor, bias: Tensor | None, weight: Tensor, gathered: _Gathered
+    ) -> Tensor:
         ctx.save_for_backward(x, weight)
-        ctx.has_bias, ctx.parameter, ctx.dtype, ctx.gathered = bias is not None, True, operands(weight), gathered
+        ctx.has_bias, ctx.parameter, ctx.dtype, ctx.gathered = (
+            bias is not None,
+            True,
+            operands(weight),
+            gathered,
+        )
         return _onednn(x, _prepacked(weight), bias, ctx.dtype, packed=True)
 
     @staticmethod

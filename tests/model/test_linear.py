@@ -134,7 +134,9 @@ def test_the_output_layers_loss_prepacks_its_weight_once_a_step():
 
 
 @pytest.mark.parametrize("rows_at_once, products", [(512, 1), (32, 3)])
-def test_one_weight_gradient_takes_a_recurrences_gradient_in_few_products(rows_at_once, products, monkeypatch):
+def test_one_weight_gradient_takes_a_recurrences_gradient_in_few_products(
+    rows_at_once, products, monkeypatch
+):
     """A cell applied at 20 positions of 4 rows: inside `one_weight_gradient` its weight's
     gradient is one product per `GATHERED_ROWS` rows (80 rows: 1, or 3 of at most 32), where it
     was one a position, and the gradients are the same; a product whose output reaches no loss

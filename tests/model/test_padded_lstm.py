@@ -41,9 +41,7 @@ def inputs(layers: int) -> tuple[torch.nn.LSTM, torch.Tensor]:
 def test_in_fp32_it_is_the_packed_lstm(layers):
     rnn, x = inputs(layers)
     expected, expected_grads = outputs_and_gradients(packed, rnn, x, LENGTHS)
-    mine, grads = outputs_and_gradients(
-        lambda *a: padded_lstm(*a, dtype=torch.float32), rnn, x, LENGTHS
-    )
+    mine, grads = outputs_and_gradients(lambda *a: padded_lstm(*a, dtype=torch.float32), rnn, x, LENGTHS)
     for a, e in zip((*mine, *grads), (*expected, *expected_grads), strict=True):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
     assert mine[0][LENGTHS[:, None] <= torch.arange(7)].abs().max() == 0  # zeros at the padding
