@@ -78,7 +78,12 @@ def _onednn(
     out = torch.ops.mkldnn._linear_pointwise(
         _operand(x), weight if packed else _operand(weight), bias, "none", [], ""
     )
-    return out.to(FP32) if BF16_UNITS else out.to(BF16).to(FP32)  # emulated: rounded as bf16's is
+    return _fp32_result(out)
+
+
+def _fp32_result(out: Tensor) -> Tensor:
+    """A product of bf16 operands (`_operand`) as float32: emulated, rounded as bf16's is."""
+    return out.to(FP32) if BF16_UNITS else out.to(BF16).to(FP32)
 
 
 def _prepacked(weight: Tensor, transposed: bool = False) -> Tensor:
@@ -152,12 +157,20 @@ choose_output_product: Callable[[int, int, int, bool], str] = _onednn_always
 class OneDNNLinear(torch.autograd.Function):
     """F.linear with the output and the input gradient on oneDNN, a parameter's two layouts
     prepacked once a step, not at each of its calls, and the weight gradient on the backend
-    `choose_weight_gradient` names."""
+    `choose_weight_gradient` names; or, given a `_Gathered` and its token (`one_weight_gradient`),
+    the gradient's rows handed over to it, the token's gradient an empty stand-in."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    def forward(
+        ctx,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        token: Tensor | None = None,
+        gathered: _Gathered | None = None,
+    ) -> Tensor:
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.gathered = bias is not None, gathered
         ctx.parameter = isinstance(weight, nn.Parameter)
         ctx.dtype = operands(weight)
         packed = _prepacked(weight) if ctx.parameter else weight
@@ -166,20 +179,17 @@ class OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        rows, x_rows, grad_x = _rows_and_input_gradient(ctx, grad, x, weight)
-        grad_w = weight_gradient(rows, x_rows, ctx.dtype) if ctx.needs_input_grad[1] else None
+        grad = grad.contiguous()
+        rows = grad.reshape(-1, grad.size(-1))
+        weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
+        grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
+        x_rows = x.reshape(-1, x.size(-1))
         grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b
-
-
-def _rows_and_input_gradient(
-    ctx, grad: Tensor, x: Tensor, weight: Tensor
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """A product's gradient and input as rows, (R, N) and (R, K), and its input gradient."""
-    grad = grad.contiguous()
-    weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
-    grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
-    return grad.reshape(-1, grad.size(-1)), x.reshape(-1, x.size(-1)), grad_x
+        if ctx.gathered is not None:
+            ctx.gathered.add(rows, x_rows)
+            return grad_x, None, grad_b, weight.new_zeros(0), None
+        grad_w = weight_gradient(rows, x_rows, ctx.dtype) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, grad_b, None, None
 
 
 GATHERED_ROWS = 512  # rows a gathered weight gradient multiplies at once: big products, bounded memory
@@ -187,10 +197,10 @@ GATHERED_ROWS = 512  # rows a gathered weight gradient multiplies at once: big p
 
 class _Gathered:
     """One parameter's products inside `one_weight_gradient`: the rows of their gradients and
-    inputs, as their backward passes hand them over, multiplied `GATHERED_ROWS` at a time."""
+    inputs, as their backward passes (`OneDNNLinear`) hand them over, multiplied `GATHERED_ROWS` at a time."""
 
-    def __init__(self, weight: Tensor) -> None:
-        self.weight = weight
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype  # the weight's operands
         self.grads: list[Tensor] = []
         self.inputs: list[Tensor] = []
         self.rows = 0
@@ -204,7 +214,7 @@ class _Gathered:
             self._multiply()
 
     def _multiply(self) -> None:
-        part = weight_gradient(torch.cat(self.grads), torch.cat(self.inputs), operands(self.weight))
+        part = weight_gradient(torch.cat(self.grads), torch.cat(self.inputs), self.dtype)
         self.sum = part if self.sum is None else self.sum.add_(part)
         self.grads, self.inputs, self.rows = [], [], 0
 
@@ -232,32 +242,6 @@ class _WeightGradient(torch.autograd.Function):
         return ctx.gathered.gradient(), None
 
 
-class _GatheringLinear(torch.autograd.Function):
-    """`OneDNNLinear` of a parameter whose weight gradient is gathered (`_Gathered`): the
-    backward hands its rows over instead of multiplying them."""
-
-    @staticmethod
-    def forward(
-        ctx, x: Tensor, token: Tensor, bias: Tensor | None, weight: Tensor, gathered: _Gathered
-    ) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias, ctx.parameter, ctx.dtype, ctx.gathered = (
-            bias is not None,
-            True,
-            operands(weight),
-            gathered,
-        )
-        return _onednn(x, _prepacked(weight), bias, ctx.dtype, packed=True)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, weight = ctx.saved_tensors
-        rows, x_rows, grad_x = _rows_and_input_gradient(ctx, grad, x, weight)
-        ctx.gathered.add(rows, x_rows)
-        grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, weight.new_zeros(0), grad_b, None, None
-
-
 # parameter id -> its `_Gathered` and token, inside `one_weight_gradient` (None outside)
 _gathering: dict[int, tuple[_Gathered, Tensor]] | None = None
 
@@ -279,10 +263,10 @@ def one_weight_gradient() -> Iterator[None]:
 
 def _gathering_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     if id(weight) not in _gathering:
-        gathered = _Gathered(weight)
+        gathered = _Gathered(operands(weight))
         _gathering[id(weight)] = gathered, _WeightGradient.apply(weight, gathered)
     gathered, token = _gathering[id(weight)]
-    return _GatheringLinear.apply(x, token, bias, weight, gathered)
+    return OneDNNLinear.apply(x, weight, bias, token, gathered)
 
 
 def onednn_applies(x: Tensor, weight: Tensor) -> bool:
@@ -306,8 +290,7 @@ def weight_gradient(grad: Tensor, x: Tensor, dtype: torch.dtype = FP32) -> Tenso
         return torch.mm(grad.t(), x)
     if dtype != FP32:  # torch.mm's bf16 kernels (oneDNN's matmul): 10-20% faster here than
         # `_onednn` with x^T as a weight to lay out (the output layer's, 1,920 rows: 42 ms against 55)
-        out = torch.mm(_operand(grad).t(), _operand(x))
-        return out.to(FP32) if BF16_UNITS else out.to(BF16).to(FP32)
+        return _fp32_result(torch.mm(_operand(grad).t(), _operand(x)))
     return WEIGHT_GRADIENT[choose_weight_gradient(*grad.shape, x.size(1))](grad, x)
 
 

@@ -34,7 +34,7 @@ def _padding_weights(hidden: int, dtype: torch.dtype, device: torch.device) -> T
 
 def _reversal(lengths: Tensor, steps: int) -> Tensor:
     """(B, S) positions that reverse each row's first `lengths` positions and keep its padding."""
-    positions = torch.arange(steps).unsqueeze(0)
+    positions = torch.arange(steps, device=lengths.device).unsqueeze(0)
     reversed_ = lengths.unsqueeze(1) - 1 - positions
     return torch.where(reversed_ >= 0, reversed_, positions)
 
@@ -61,7 +61,7 @@ def padded_lstm(
     lengths = lengths.to(x.device)
     valid = torch.arange(S, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
     padding = (~valid).unsqueeze(-1).to(x.dtype)
-    order = _reversal(lengths.cpu(), S).to(x.device)
+    order = _reversal(lengths, S)
     last = (lengths - 1).view(B, 1, 1)
     hs, cs = [], []
     for layer in range(rnn.num_layers):
