@@ -22,8 +22,10 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from nmt.config import Config, config_from_dict, load_config, read_with_bases
+from nmt.config import Config, ModelConfig, config_from_dict, load_config, read_with_bases
 from nmt.data.tokenizer import TokenizerPair
 from nmt.errors import NMTError
 from nmt.fileio import atomic_write, mismatch
@@ -229,6 +231,30 @@ def config_differences(ours: dict, theirs: dict, prefix: str = "") -> Iterator[t
             yield f"{prefix}{key}", value, other
 
 
+class _Unfilled(TorchFunctionMode):
+    """Inside, nothing draws or fills a tensor's values (torch.nn.init, and the tensor methods
+    modules fill their parameters with): they keep whatever their memory held."""
+
+    SKIPPED = {getattr(nn.init, name) for name in dir(nn.init) if name.endswith("_") and name[0] != "_"}
+    SKIPPED |= {torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.fill_, torch.Tensor.zero_}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.SKIPPED:  # each of them fills its first argument, `tensor`
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+def unfilled_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
+    """The model of `cfg` for weights about to be loaded, without drawing initial values that
+    loading overwrites at once (0.09 s of every `translate`'s start-up with an 8k vocabulary).
+    Built with its values drawn where a buffer is not in its state dict (no load would fill it)."""
+    with _Unfilled():
+        model = Seq2Seq(cfg, src_vocab, tgt_vocab)
+    if {name for name, _ in model.named_buffers()} - model.state_dict().keys():
+        return Seq2Seq(cfg, src_vocab, tgt_vocab)
+    return model
+
+
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """A ready model (eval mode, on `device`) with its config and tokenizers; the plugins it
     needs imported as their user allows (`nmt.plugins.require`)."""
@@ -245,7 +271,7 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
         tok = TokenizerPair.from_state(state["tokenizers"])
     except (KeyError, TypeError, RuntimeError, OSError):
         raise NMTError(f"{path}: a damaged nmt checkpoint (its tokenizer cannot be read)") from None
-    model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
+    model = unfilled_model(cfg.model, len(tok.src), len(tok.tgt))
     try:
         model.load_state_dict(model_weights(state))
     except (RuntimeError, TypeError, AttributeError) as e:
@@ -311,7 +337,7 @@ def load_release(directory: Path, device: torch.device | str = "cpu") -> LoadedM
     cfg = load_config(directory / RELEASE_CONFIG, run=False)
     tok = TokenizerPair.load(directory)
     weights = _release_weights(directory / RELEASE_WEIGHTS, device)
-    model = Seq2Seq(cfg.model, len(tok.src), len(tok.tgt))
+    model = unfilled_model(cfg.model, len(tok.src), len(tok.tgt))
     _check_fit(directory, weights, model.state_dict())
     check_finite(weights, directory / RELEASE_WEIGHTS)
     model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)

@@ -4,6 +4,7 @@ weights; `auto` takes int8 for those weights alone, only where int8 lost at most
 products run 1.5x as fast; the user's choice, a shortlist and an ensemble keep it off."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 from nmt.checkpoint import load_model, weights_file
 from nmt.cli import app
-from nmt.decode.bleucheck import read_check, record_path, weights_digest, write_check
+from nmt.decode import bleucheck
+from nmt.decode.bleucheck import read_check, record_path, stamp, weights_digest, write_check
 from nmt.fileio import read_lines
 from nmt.model import linear, precision
 from nmt.model.precision import BleuCheck
@@ -71,6 +73,7 @@ def test_the_check_keeps_the_bleu_of_each_precision_as_translate_and_sacrebleu_g
         assert record["bleu"][name] == pytest.approx(bleu, abs=1e-9)
         assert any(line.startswith(f"{name:10} {bleu:6.2f}") for line in printed)
     assert record["weights_sha256"] == weights_digest(weights_file(model))
+    assert record["weights_stamp"] == stamp(weights_file(model))
     assert record["on"] == f"valid.human ({len(refs):,} lines, beam 1)"
     assert set(record["seconds"]) == {"fp32", "int8"} and record["src"] == str(toy_dir / "valid.human")
     assert record["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -159,6 +162,29 @@ def test_a_check_of_other_weights_or_another_int8_or_a_damaged_one_is_ignored(mo
     damaged = translate(model, toy_dir).stderr
     assert f"{record_path(weights)}: " in damaged and "no field 'int8'" in damaged
     assert read_check(weights, model)[0] is None
+
+
+def test_the_digest_is_computed_again_only_once_the_file_is_replaced_or_written(model, monkeypatch):
+    weights = weights_file(model)
+    check = BleuCheck({"fp32": 30.0, "int8": 30.0}, "valid.human")
+    write_check(weights, weights_digest(weights), check, {}, stamp(weights))
+    hashed = []
+    monkeypatch.setattr(bleucheck, "weights_digest", lambda path: hashed.append(path) or weights_digest(path))
+    assert read_check(weights, model) == (check, "") and hashed == []  # the stamp spares the digest
+
+    copy = weights.with_name("copy")
+    shutil.copyfile(weights, copy)
+    os.replace(copy, weights)  # the same bytes in a new file: hashed, and still the checked weights
+    assert read_check(weights, model) == (check, "") and hashed == [weights]
+
+    status = weights.stat()
+    with open(weights, "r+b") as f:  # written in place, as `cp` over it does: other weights
+        f.seek(status.st_size // 2)
+        byte = f.read(1)[0]
+        f.seek(status.st_size // 2)
+        f.write(bytes([byte ^ 1]))
+    os.utime(weights, ns=(status.st_atime_ns, status.st_mtime_ns + 1))  # however coarse the clock
+    assert read_check(weights, model)[0] is None and len(hashed) == 2
 
 
 def test_a_shortlist_and_an_ensemble_keep_auto_off_int8(model, monkeypatch):

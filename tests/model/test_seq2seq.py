@@ -271,3 +271,34 @@ def test_rows_whose_target_ended_leave_teacher_forcing_with_the_same_results(sty
     torch.testing.assert_close(w1, w2, atol=1e-6, rtol=1e-5)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_built_for_loading_takes_every_weight_and_keeps_its_ties():
+    from nmt.checkpoint import unfilled_model
+
+    tied = {"embedding": 16, "tie_embeddings": True, "decoder": {"style": "bahdanau"}}
+    model = tied | {"attention": {"type": "bahdanau"}}
+    cfg = config_from_dict({"data": {"src_lang": "a", "tgt_lang": "b"}, "model": model}).model
+    torch.manual_seed(0)
+    trained = Seq2Seq(cfg, V, V).eval()
+    loaded = unfilled_model(cfg, V, V)
+    loaded.load_state_dict(trained.state_dict())
+    loaded.eval()
+    assert loaded.decoder.output_layer.weight is loaded.decoder.embed.weight
+    src, src_len, tgt_in = batch()
+    assert torch.equal(loaded(src, src_len, tgt_in)[0], trained(src, src_len, tgt_in)[0])
+    torch.manual_seed(0)
+    drawn_again = Seq2Seq(cfg, V, V).decoder.embed.weight  # a model to train draws as before
+    assert torch.equal(drawn_again, trained.decoder.embed.weight)
+
+
+def test_a_model_with_a_buffer_no_state_dict_fills_is_built_with_its_values(monkeypatch):
+    from nmt import checkpoint
+
+    class WithConstant(Seq2Seq):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.register_buffer("constant", torch.ones(3), persistent=False)
+
+    monkeypatch.setattr(checkpoint, "Seq2Seq", WithConstant)
+    assert torch.equal(checkpoint.unfilled_model(model_config(), V, V).constant, torch.ones(3))
