@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import AttentionConfig, plugin_options
+from nmt.model.dropout import Dropout
 from nmt.model.linear import Linear
 from nmt.registry import Registry
 
@@ -55,7 +56,7 @@ class Attention(Registry, nn.Module, kind="attention"):
 
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig):
         super().__init__()
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # model.attention.options, as this class's `Options` (checked with the config)
         self.options = self.Options and plugin_options(self.Options, cfg.options, "model.attention")
 

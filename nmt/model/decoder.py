@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from nmt.config import ModelConfig
 from nmt.model.attention import Attention
+from nmt.model.dropout import Dropout, dropout
 from nmt.model.linear import Linear, linear, one_weight_gradient
 from nmt.model.output import OutputLayer
 from nmt.registry import Registry
@@ -195,7 +196,7 @@ class Decoder(Registry, nn.Module, kind="decoder"):
         dec = cfg.decoder
         self.hidden, self.layers = dec.hidden, dec.layers
         self.embed = nn.Embedding(vocab_size, cfg.embedding, padding_idx=PAD)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.attention = Attention.build(cfg.attention.type, dec.hidden, memory_dim, cfg.attention)
         self.rnn = nn.LSTM(
             self.rnn_input_size(cfg, memory_dim),
@@ -229,7 +230,7 @@ class Decoder(Registry, nn.Module, kind="decoder"):
             hs.append(h)
             cs.append(c)
             # as nn.LSTM: dropout on every layer's output but the last, in training only
-            layer_input = h if layer == self.layers - 1 else F.dropout(h, self.rnn.dropout, self.training)
+            layer_input = h if layer == self.layers - 1 else dropout(h, self.rnn.dropout, self.training)
         return layer_input[:, None], (torch.stack(hs), torch.stack(cs))
 
     def init_state(self, h0: Tensor, c0: Tensor, mem: Memory) -> DecoderState:

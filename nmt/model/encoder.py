@@ -8,6 +8,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import EncoderConfig
 from nmt.model import linear
+from nmt.model.dropout import Dropout
 from nmt.model.padded_lstm import padded_lstm
 from nmt.vocab import PAD
 
@@ -16,7 +17,7 @@ class Encoder(nn.Module):
     def __init__(self, vocab_size: int, embedding: int, cfg: EncoderConfig, dropout: float):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embedding, padding_idx=PAD)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = nn.LSTM(
             embedding,
             cfg.hidden,

@@ -7,9 +7,9 @@ whether a search asks for logits or training asks for the loss of the real targe
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.model.dropout import dropout
 from nmt.model.linear import linear, onednn_applies, operands, parameter_linear, weight_gradient
 
 
@@ -22,7 +22,7 @@ class OutputLayer(nn.Linear):
 
     def forward(self, pre_output: Tensor) -> Tensor:
         """Pre-output vectors (..., P) -> logits (..., V)."""
-        return linear(F.dropout(pre_output, self.p, self.training), self.weight, self.bias)
+        return linear(dropout(pre_output, self.p, self.training), self.weight, self.bias)
 
     def loss(
         self, pre_output: Tensor, target: Tensor, label_smoothing: float = 0.0, real: Tensor | None = None
@@ -31,7 +31,7 @@ class OutputLayer(nn.Linear):
         pre-output vectors (N, P) of the real target positions, without keeping the logits.
         `real` (N,) bool, when given, counts only those rows: a CUDA graph cannot select the
         real rows (their number changes every batch), so it passes them all with this mask."""
-        x = F.dropout(pre_output, self.p, self.training)
+        x = dropout(pre_output, self.p, self.training)
         gradients = torch.is_grad_enabled()  # autograd functions cannot see it inside forward
         return LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing, gradients, real)
 

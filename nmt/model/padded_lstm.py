@@ -17,8 +17,9 @@ are those of the words alone; the outputs at the padding are zeroed, as packing 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from nmt.model.dropout import dropout
 
 SATURATE = 1e4  # pushes a gate's sigmoid to exactly 0 or 1 in fp32 and in bf16 accumulation
 
@@ -66,7 +67,7 @@ def padded_lstm(
     hs, cs = [], []
     for layer in range(rnn.num_layers):
         if layer > 0:
-            x = F.dropout(x, rnn.dropout, rnn.training)
+            x = dropout(x, rnn.dropout, rnn.training)
         forward, c_forward = _direction(rnn, torch.cat([x, padding], -1), layer, "", dtype)
         flipped = torch.cat([x.gather(1, order.unsqueeze(-1).expand_as(x)), padding], -1)
         backward, c_backward = _direction(rnn, flipped, layer, "_reverse", dtype)
