@@ -169,22 +169,24 @@ class OneDNNLinear(torch.autograd.Function):
         token: Tensor | None = None,
         gathered: _Gathered | None = None,
     ) -> Tensor:
-        ctx.save_for_backward(x, weight)
         ctx.has_bias, ctx.gathered = bias is not None, gathered
         ctx.parameter = isinstance(weight, nn.Parameter)
         ctx.dtype = operands(weight)
+        x = x if ctx.dtype == FP32 else _operand(x)  # kept as the operand: cast once, half the bytes
+        ctx.save_for_backward(x, weight)
         packed = _prepacked(weight) if ctx.parameter else weight
         return _onednn(x, packed, bias, ctx.dtype, ctx.parameter)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, weight = ctx.saved_tensors
+        x, weight = ctx.saved_tensors  # x: the product's operand
         grad = grad.contiguous()
+        grad_b = grad.reshape(-1, grad.size(-1)).sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        grad = grad if ctx.dtype == FP32 else _operand(grad)  # once, for both products
         rows = grad.reshape(-1, grad.size(-1))
         weight_t = _prepacked(weight, transposed=True) if ctx.parameter else weight.t()
         grad_x = _onednn(grad, weight_t, None, ctx.dtype, ctx.parameter) if ctx.needs_input_grad[0] else None
         x_rows = x.reshape(-1, x.size(-1))
-        grad_b = rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         if ctx.gathered is not None:
             ctx.gathered.add(rows, x_rows)
             return grad_x, None, grad_b, weight.new_zeros(0), None
@@ -284,13 +286,13 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
 
 def weight_gradient(grad: Tensor, x: Tensor, dtype: torch.dtype = FP32) -> Tensor:
     """A weight's gradient grad^T x, (R, N) and (R, K) -> (N, K): on the CPU on the backend
-    chosen for its shape (`choose_weight_gradient`), with bf16 operands on oneDNN, elsewhere
-    torch.mm."""
-    if not onednn_applies(x, grad):
-        return torch.mm(grad.t(), x)
+    chosen for its shape (`choose_weight_gradient`), with bf16 operands (which only a CPU's
+    products take; grad and x may be bf16 already) on oneDNN, elsewhere torch.mm."""
     if dtype != FP32:  # torch.mm's bf16 kernels (oneDNN's matmul): 10-20% faster here than
         # `_onednn` with x^T as a weight to lay out (the output layer's, 1,920 rows: 42 ms against 55)
         return _fp32_result(torch.mm(_operand(grad).t(), _operand(x)))
+    if not onednn_applies(x, grad):
+        return torch.mm(grad.t(), x)
     return WEIGHT_GRADIENT[choose_weight_gradient(*grad.shape, x.size(1))](grad, x)
 
 
