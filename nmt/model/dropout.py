@@ -20,7 +20,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if not training or p == 0 or x.device.type != "cpu":
         return F.dropout(x, p, training)
     scale = 1 / (1 - p) if p < 1 else 0.0
-    return x * ((torch.rand_like(x) >= p) * scale)
+    keep = torch.rand_like(x, dtype=torch.float32) >= p  # drawn in fp32 whatever x's dtype
+    return x * (keep * scale).to(x.dtype)
 
 
 class Dropout(nn.Dropout):

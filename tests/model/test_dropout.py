@@ -39,3 +39,10 @@ def test_outside_training_or_at_p_0_it_is_the_identity_and_at_p_1_zeros():
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
     module = Dropout(0.3).eval()
     assert module(x) is x and module.p == 0.3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_the_output_keeps_the_input_dtype(dtype):
+    x = torch.ones(100, 100, dtype=dtype)
+    y = dropout(x, 0.5)
+    assert y.dtype == dtype and set(y.unique().tolist()) <= {0.0, 2.0}
