@@ -134,6 +134,13 @@ def _sha256(path: Path) -> str:
 DIGESTS: dict[str, Callable[[Path], str]] = {"crc32": _crc32, "sha256": _sha256}
 
 
+def file_identity(path: Path) -> dict:
+    """What tells one file from another without reading it: its path, modification time and
+    size. Writing the file, or replacing it (a rename, a copy), changes it."""
+    stat = Path(path).stat()
+    return {"path": str(Path(path).resolve()), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
+
+
 def file_entry(path: Path, digest: str = "sha256") -> dict:
     """A manifest entry for `path`: its size and its digest (`crc32` or `sha256`)."""
     return {"bytes": Path(path).stat().st_size, digest: DIGESTS[digest](path)}

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from nmt.compare.decoding import cached_facts, checkpoint_identity
+from nmt.compare.decoding import cached_facts
 from nmt.compare.results import read_results
 from nmt.errors import NMTError
+from nmt.fileio import file_identity
 from nmt.jsonvalues import NUMBER, JSONError, check_value, parse_json, read_json
 from nmt.serve.requests import Limits, RequestError, parse_translate
 from nmt.text.constraints import Constraints
@@ -119,7 +120,7 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path):
 def test_cached_facts_that_cannot_be_read_are_a_fresh_start(tmp_path, monkeypatch):
     checkpoint, facts = tmp_path / "best.pt", tmp_path / "facts.json"
     checkpoint.write_bytes(b"weights")
-    fresh = {"checkpoint": checkpoint_identity(checkpoint), "sets": {}}
+    fresh = {"checkpoint": file_identity(checkpoint), "sets": {}}
     facts.write_text(json.dumps({**fresh, "sets": {"test": {"seconds": 1}}}))
     assert cached_facts(facts, checkpoint)["sets"] == {"test": {"seconds": 1}}
     refuse_reading(monkeypatch, facts)

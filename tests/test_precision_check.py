@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from nmt.checkpoint import load_model, weights_file
 from nmt.cli import app
 from nmt.decode import bleucheck
-from nmt.decode.bleucheck import read_check, record_path, stamp, weights_digest, write_check
-from nmt.fileio import read_lines
+from nmt.decode.bleucheck import read_check, record_path, weights_digest, write_check
+from nmt.fileio import file_identity, read_lines
 from nmt.model import linear, precision
 from nmt.model.precision import BleuCheck
 from tests.test_end_to_end import train_toy
@@ -73,7 +73,7 @@ def test_the_check_keeps_the_bleu_of_each_precision_as_translate_and_sacrebleu_g
         assert record["bleu"][name] == pytest.approx(bleu, abs=1e-9)
         assert any(line.startswith(f"{name:10} {bleu:6.2f}") for line in printed)
     assert record["weights_sha256"] == weights_digest(weights_file(model))
-    assert record["weights_stamp"] == stamp(weights_file(model))
+    assert record["weights_file"] == file_identity(weights_file(model))
     assert record["on"] == f"valid.human ({len(refs):,} lines, beam 1)"
     assert set(record["seconds"]) == {"fp32", "int8"} and record["src"] == str(toy_dir / "valid.human")
     assert record["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -167,10 +167,10 @@ def test_a_check_of_other_weights_or_another_int8_or_a_damaged_one_is_ignored(mo
 def test_the_digest_is_computed_again_only_once_the_file_is_replaced_or_written(model, monkeypatch):
     weights = weights_file(model)
     check = BleuCheck({"fp32": 30.0, "int8": 30.0}, "valid.human")
-    write_check(weights, weights_digest(weights), check, {}, stamp(weights))
+    write_check(weights, weights_digest(weights), check, {}, file_identity(weights))
     hashed = []
     monkeypatch.setattr(bleucheck, "weights_digest", lambda path: hashed.append(path) or weights_digest(path))
-    assert read_check(weights, model) == (check, "") and hashed == []  # the stamp spares the digest
+    assert read_check(weights, model) == (check, "") and hashed == []  # the identity spares the digest
 
     copy = weights.with_name("copy")
     shutil.copyfile(weights, copy)

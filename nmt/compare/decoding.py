@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from nmt.compare.plan import Run
 from nmt.compare.sets import EvalSet
 from nmt.errors import NMTError
-from nmt.fileio import atomic_write, atomic_write_text, decode_lines
+from nmt.fileio import atomic_write, atomic_write_text, decode_lines, file_identity
 from nmt.jsonvalues import JSONError, read_json
 from nmt.rundir import CHECKPOINTS
 
@@ -50,12 +50,6 @@ def forced_view(translator: Translator, source: str, reference: str) -> dict:
         "target_words": tgt_words,
         "matrix": [[round(float(w), 3) for w in row] for row in matrix],
     }
-
-
-def checkpoint_identity(path: Path) -> dict:
-    """What tells one checkpoint file from another: the cache is another model's otherwise."""
-    stat = path.stat()
-    return {"path": str(path.resolve()), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
 
 
 def decode_run(
@@ -100,7 +94,7 @@ def cached_facts(path: Path, checkpoint: Path) -> dict:
         facts = read_json(path) if path.is_file() else {}
     except JSONError:
         facts = {}
-    identity = checkpoint_identity(checkpoint)
+    identity = file_identity(checkpoint)  # the cache is another model's otherwise
     if facts.get("checkpoint") != identity:
         facts = {"checkpoint": identity, "sets": {}}
     return facts

@@ -6,10 +6,10 @@ wherever it is loaded.
 The record names the weights by their sha256 and the layers int8 replaced: a check of other
 weights (best.pt replaced by a later checkpoint, another file copied over it) or of another int8
 (one of an earlier nmt, whose encoder stayed fp32) is never trusted; it is ignored with one line.
-It also keeps the file's stamp when hashed (size, modification time, inode): while the file
-still bears it, the digest is not computed again (hashing a 155 MB checkpoint cost 0.11 s of
-every `translate`'s start-up, a 500 MB one 0.4 s). Replacing the file (a rename, a copy, a
-write) changes its stamp, and the digest is checked again.
+It also keeps the file's identity when hashed (`nmt.fileio.file_identity`: path, modification
+time, size): while the file keeps it, the digest is not computed again (hashing a 155 MB
+checkpoint cost 0.11 s of every `translate`'s start-up, a 500 MB one 0.4 s). Replacing the file
+(a rename, a copy, a write) changes it, and the digest is checked again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.errors import NMTError
-from nmt.fileio import DIGESTS, atomic_write_text
+from nmt.fileio import DIGESTS, atomic_write_text, file_identity
 from nmt.jsonvalues import JSONError, read_json
 from nmt.machine import choose_threads
 from nmt.model.precision import INT8_LAYERS, BleuCheck
@@ -35,15 +35,16 @@ def record_path(weights: Path) -> Path:
 
 
 def write_check(
-    weights: Path, digest: str, check: BleuCheck, details: dict, stamp: list[int] | None = None
+    weights: Path, digest: str, check: BleuCheck, details: dict, identity: dict | None = None
 ) -> Path:
     """The record of `check`, of the weights whose sha256 is `digest`, with `details` (timings,
-    signature) for the reader; written whole or not at all. `stamp`: the file's `stamp` when
-    `digest` was computed, if known (a record without one is hashed at every read)."""
+    signature) for the reader; written whole or not at all. `identity`: the file's
+    `file_identity` when `digest` was computed, if known (a record without one is hashed at
+    every read)."""
     path = record_path(weights)
     document = {
         "weights_sha256": digest,
-        **({} if stamp is None else {"weights_stamp": stamp}),
+        **({} if identity is None else {"weights_file": identity}),
         "int8_layers": list(INT8_LAYERS),
         "on": check.on,
         "bleu": check.bleu,
@@ -57,10 +58,10 @@ def weights_digest(weights: Path) -> str:
     return DIGESTS["sha256"](weights)
 
 
-def stamp(weights: Path) -> list[int]:
-    """What changes whenever the file is replaced or written: its size, modification time and inode."""
-    status = weights.stat()
-    return [status.st_size, status.st_mtime_ns, status.st_ino]
+def holds(weights: Path, identity: dict | None, digest: str) -> bool:
+    """Whether `weights` still holds the weights of sha256 `digest`, whose file had `identity`
+    then: without reading it while it keeps that identity."""
+    return identity == file_identity(weights) or weights_digest(weights) == digest
 
 
 def read_check(weights: Path, model: Path | str) -> tuple[BleuCheck | None, str]:
@@ -74,8 +75,7 @@ def read_check(weights: Path, model: Path | str) -> tuple[BleuCheck | None, str]
         document = read_json(path, SHAPE, fix=redo)
     except JSONError as e:
         return None, str(e)
-    unchanged = document.get("weights_stamp") == stamp(weights)
-    if not unchanged and document["weights_sha256"] != weights_digest(weights):
+    if not holds(weights, document.get("weights_file"), document["weights_sha256"]):
         return None, f"{path}: a check of other weights than {weights.name} holds now; {redo}"
     if document.get("int8_layers") != list(INT8_LAYERS):
         return None, f"{path}: a check of an earlier int8, which quantised other layers; {redo}"
@@ -118,10 +118,10 @@ def check_model(
 ) -> tuple[BleuCheck, list[Measured], Path]:
     """`model` (whose weights are in `weights`) decoded on CPU in every precision of this CPU,
     the check written beside the weights; refused when the weights change meanwhile."""
-    before, digest = stamp(weights), weights_digest(weights)
+    before, digest = file_identity(weights), weights_digest(weights)
     threads = choose_threads()[0]
     rows = [decode_in(model, name, src_lines, refs, overrides) for name in precisions()]
-    if stamp(weights) != before or weights_digest(weights) != digest:
+    if not holds(weights, before, digest):
         raise NMTError(f"{weights} changed while its BLEU was checked; check it again")
     on = f"{src.name} ({len(src_lines):,} lines, beam {beam})"
     check = BleuCheck({row.precision: row.bleu for row in rows}, on)
