@@ -120,6 +120,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
     from nmt.model.seq2seq import Seq2Seq, count_parameters
     from nmt.train.backends import BackendChoices
     from nmt.train.loss import TokenLoss, batch_loss
+    from nmt.train.precision import clip_gradients
     from nmt.train.schedule import build_optimizer
 
     BackendChoices().install()  # as the trainer does: each weight gradient's backend measured, cached
@@ -148,7 +149,7 @@ def run_case(name: str, steps: int, warmup: int, measure=contextlib.nullcontext)
         batch = collate(examples, indices)
         sums = batch_loss(objective, batch, i, generator)
         (sums.objective / sums.tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        clip_gradients(model.parameters(), 5.0)  # the trainer's
         opt.step()
         opt.zero_grad(set_to_none=True)  # as the trainer does: no gradients held between steps
         tokens, sentences = tokens + sums.tokens, sentences + len(indices)

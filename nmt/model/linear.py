@@ -62,6 +62,12 @@ def use_operands(module: nn.Module, dtype: torch.dtype) -> None:
     drop_prepacked()
 
 
+def as_operand(t: Tensor, weight: Tensor) -> Tensor:
+    """`t` as the operand `weight`'s products on oneDNN take, cast once for several products
+    (`linear`, `parameter_linear`, `weight_gradient` take it as it is); else `t` itself."""
+    return _operand(t) if operands(weight) != FP32 and onednn_applies(t, weight) else t
+
+
 def _operand(t: Tensor) -> Tensor:
     """`t` as a bf16 operand: bf16 where the CPU has bf16 units, else its values rounded to bf16
     and kept in fp32 (the same products, emulated)."""
@@ -276,7 +282,7 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
         ONEDNN
         and torch.backends.mkldnn.enabled  # off inside torch.backends.mkldnn.flags(enabled=False)
         and x.device.type == "cpu"
-        and x.dtype == torch.float32
+        and x.dtype in (torch.float32, operands(weight))  # or already the operand (`as_operand`)
         and weight.dtype == torch.float32
         and x.numel() > 0
         and not torch.jit.is_tracing()

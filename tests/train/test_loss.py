@@ -93,3 +93,28 @@ def test_token_loss_leaves_out_smoothing_when_evaluating():
     data = Batch(src, src_len, tgt_in, tgt_in.roll(-1, 1))
     sums = batch_loss(TokenLoss(model, TrainConfig(label_smoothing=0.3)), data, 0, torch.Generator())
     assert float(sums.objective.detach()) == pytest.approx(float(sums.nll), rel=1e-6)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_loss_of_a_real_vocabulary_in_float32_equals_torch(smoothing):
+    """At the width training meets (8,000 pieces, float32 on a CPU), where the fused softmax runs
+    in place over each chunk of logits: the same loss and gradients as the plain path."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 64, generator=g, requires_grad=True)
+    weight = (torch.randn(8000, 64, generator=g) * 0.3).requires_grad_()
+    bias = torch.randn(8000, generator=g).requires_grad_()
+    target = torch.randint(0, 8000, (40,), generator=g)
+    objective, nll = LinearCrossEntropy.apply(x, weight, bias, target, smoothing, True)
+    objective.backward()
+    fused = [t.grad.clone() for t in (x, weight, bias)]
+    for t in (x, weight, bias):
+        t.grad = None
+    logits = x @ weight.t() + bias
+    expected = F.cross_entropy(logits, target, reduction="sum", label_smoothing=smoothing)
+    expected.backward()
+    torch.testing.assert_close(objective, expected.detach(), rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(
+        nll, F.cross_entropy(logits.detach(), target, reduction="sum"), rtol=1e-5, atol=1e-3
+    )
+    for got, want in zip(fused, (t.grad for t in (x, weight, bias)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
