@@ -68,6 +68,8 @@ def test_a_scaled_step_says_whether_it_was_taken_without_reading_the_scale(monke
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])  # clipped; left alone
 def test_clipping_equals_torchs_and_leaves_gradients_within_the_norm_untouched(max_norm):
+    """The trainer's clipping: torch's norm and scaling, but a CPU's gradients within the norm
+    are not multiplied by 1."""
     g = torch.Generator().manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(4, 3, generator=g)) for _ in range(3)]
     theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
@@ -83,4 +85,4 @@ def test_clipping_equals_torchs_and_leaves_gradients_within_the_norm_untouched(m
     for a, b in zip(ours, theirs, strict=False):  # the parameter without a gradient: ours only
         torch.testing.assert_close(a.grad, b.grad)
     if max_norm == 100.0:  # not scaled by 1: the same tensors, never written
-        assert all(p.grad is g and g._version == 0 for p, g in zip(ours, before, strict=False))
+        assert all(p.grad is grad and grad._version == 0 for p, grad in zip(ours, before, strict=False))
