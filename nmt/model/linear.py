@@ -282,7 +282,7 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
         ONEDNN
         and torch.backends.mkldnn.enabled  # off inside torch.backends.mkldnn.flags(enabled=False)
         and x.device.type == "cpu"
-        and x.dtype in (torch.float32, operands(weight))  # or already the operand (`as_operand`)
+        and (x.dtype == torch.float32 or x.dtype == operands(weight))  # or already the operand (`as_operand`)
         and weight.dtype == torch.float32
         and x.numel() > 0
         and not torch.jit.is_tracing()
