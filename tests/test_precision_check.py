@@ -16,6 +16,7 @@ from nmt.cli import app
 from nmt.decode import bleucheck
 from nmt.decode.bleucheck import read_check, record_path, weights_digest, write_check
 from nmt.fileio import file_identity, read_lines
+from nmt.machine import int8_scheme
 from nmt.model import linear, precision
 from nmt.model.precision import BleuCheck
 from tests.test_end_to_end import train_toy
@@ -156,6 +157,15 @@ def test_a_check_of_other_weights_or_another_int8_or_a_damaged_one_is_ignored(mo
         assert (
             f"{record_path(weights)}: a check of an earlier int8, which quantised other layers; int8 not "
             f"weighed until `nmt precision -m {model}` checks these weights"
+        ) in translate(model, toy_dir).stderr
+
+    here, current = int8_scheme(), {**document, "weights_sha256": weights_digest(weights)}
+    without = {key: value for key, value in current.items() if key != "int8_scheme"}
+    for record, scheme in ((without, bleucheck.EARLIER_SCHEME), ({**current, "int8_scheme": "x"}, "x")):
+        record_path(weights).write_text(json.dumps(record))
+        assert (
+            f"{record_path(weights)}: a check of int8 with {scheme}, where int8 here takes {here}; int8 "
+            f"not weighed until `nmt precision -m {model}` checks these weights"
         ) in translate(model, toy_dir).stderr
 
     record_path(weights).write_text('{"weights_sha256": "x", "on": "v", "bleu": {"fp32": 1}}')

@@ -59,10 +59,11 @@ def env(
     """Versions, devices and threads, to paste into a bug report (nmt env); with --bench, the CPU
     and its speed at the product every CPU figure in the docs is named by."""
     from nmt.device import environment_report
-    from nmt.machine import bf16_line
+    from nmt.machine import bf16_line, int8_line
 
     typer.echo(environment_report())
     typer.echo(bf16_line())
+    typer.echo(int8_line())
     if bench:
         from nmt.machine import yardstick_report
         from nmt.model.precision import report

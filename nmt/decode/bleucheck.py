@@ -3,9 +3,11 @@ precision this CPU runs (`nmt precision`, `nmt release`), kept beside the file t
 weights (`best.pt` -> `best.pt.bleu-check.json`), so `auto` may decode that model in int8
 wherever it is loaded.
 
-The record names the weights by their sha256 and the layers int8 replaced: a check of other
-weights (best.pt replaced by a later checkpoint, another file copied over it) or of another int8
-(one of an earlier nmt, whose encoder stayed fp32) is never trusted; it is ignored with one line.
+The record names the weights by their sha256, the layers int8 replaced and how it quantised them
+(`nmt.machine.int8_scheme`): a check of other weights (best.pt replaced by a later checkpoint,
+another file copied over it) or of another int8 (one of an earlier nmt, whose encoder stayed
+fp32 or whose activations took 7 bits; one of a CPU whose int8 kernels take other activations) is
+never trusted; it is ignored with one line.
 It also keeps the file's identity when hashed (`nmt.fileio.file_identity`: path, modification
 time, size): while the file keeps it, the digest is not computed again (hashing a 155 MB
 checkpoint cost 0.11 s of every `translate`'s start-up, a 500 MB one 0.4 s). Replacing the file
@@ -22,11 +24,12 @@ from pathlib import Path
 from nmt.errors import NMTError
 from nmt.fileio import DIGESTS, atomic_write_text, file_identity
 from nmt.jsonvalues import JSONError, read_json
-from nmt.machine import choose_threads
+from nmt.machine import choose_threads, int8_scheme
 from nmt.model.precision import INT8_LAYERS, BleuCheck
 
 SUFFIX = ".bleu-check.json"
 NUMBER = (int, float)
+EARLIER_SCHEME = "one scale a weight, 7-bit activations"  # what a check without `int8_scheme` ran
 SHAPE = {"weights_sha256": str, "on": str, "bleu": {"fp32": NUMBER, "int8": NUMBER}}
 
 
@@ -46,6 +49,7 @@ def write_check(
         "weights_sha256": digest,
         **({} if identity is None else {"weights_file": identity}),
         "int8_layers": list(INT8_LAYERS),
+        "int8_scheme": int8_scheme(),
         "on": check.on,
         "bleu": check.bleu,
         **details,
@@ -79,6 +83,8 @@ def read_check(weights: Path, model: Path | str) -> tuple[BleuCheck | None, str]
         return None, f"{path}: a check of other weights than {weights.name} holds now; {redo}"
     if document.get("int8_layers") != list(INT8_LAYERS):
         return None, f"{path}: a check of an earlier int8, which quantised other layers; {redo}"
+    if (scheme := document.get("int8_scheme", EARLIER_SCHEME)) != int8_scheme():
+        return None, f"{path}: a check of int8 with {scheme}, where int8 here takes {int8_scheme()}; {redo}"
     return BleuCheck({name: float(document["bleu"][name]) for name in ("fp32", "int8")}, document["on"]), ""
 
 

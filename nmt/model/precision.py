@@ -21,8 +21,9 @@ fp32's and the whole decoding 1.25-1.5x, within 0.1 BLEU.
 int8 runs on one of torch's two int8 engines for x86, whichever ran the model's int8 products
 faster here (timed once, cached in int8-engines.json): fbgemm (torch's default; AVX2, AVX-512
 VNNI) or oneDNN, whose kernels also use AMX-INT8 on Xeons since Sapphire Rapids, where torch's
-AMX recipe sends int8 products. Both quantise alike (one scale a weight, 7-bit activations); on a
-Zen 3 fbgemm ran the output layer's 64 rows in 1.7 ms against oneDNN's 2.1-3.4, level at 320.
+AMX recipe sends int8 products. Both quantise alike (`nmt.machine.int8_scheme`: a scale a weight
+row, 8-bit activations where the kernels sum such products exactly, else 7); on a Zen 3 fbgemm ran
+the output layer's 64 rows in 1.7 ms against oneDNN's 2.1-3.4, level at 320.
 """
 
 from __future__ import annotations
