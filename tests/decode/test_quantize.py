@@ -76,7 +76,7 @@ def test_an_int8_lstm_takes_the_machines_activation_bits():
     """The LSTM's products are packed again with the machine's bits (torch's module takes 7
     whatever the kernels): 8 bits run closer to fp32."""
     torch.manual_seed(0)
-    layer = nn.LSTM(32, 48, bidirectional=True, batch_first=True)
+    layer = nn.LSTM(32, 48, num_layers=2, bidirectional=True, batch_first=True)
     x = torch.randn(4, 10, 32)
     with torch.no_grad():
         eight, seven = lstm_error(layer, x, False), lstm_error(layer, x, True)
