@@ -186,15 +186,21 @@ def test_the_old_quantize_flag_still_works_and_says_it_is_now_precision(model, t
 
 
 def test_the_api_takes_a_precision_and_warns_once_on_the_old_quantize(model):
+    import torch
     import torch.ao.nn.quantized.dynamic as nnqd
 
     from nmt import Translator
+    from nmt.decode.quantize import Int8Linear
+    from nmt.machine import int8_activation_bits
 
     with pytest.warns(FutureWarning, match="quantize int8 is now spelled precision int8"):
         int8 = Translator.load(model, device="cpu", quantize="int8")
     assert int8.precision.name == "int8"
     replaced = (int8.model.encoder.rnn, int8.model.decoder.rnn, int8.model.decoder.output_layer)
-    assert all(isinstance(layer, (nnqd.Linear, nnqd.LSTM)) for layer in replaced)
+    assert all(isinstance(layer, nnqd.LSTM) for layer in replaced[:2])
+    output_layer = replaced[2]
+    assert isinstance(output_layer, Int8Linear) and output_layer.reduce_range == (int8_activation_bits() < 8)
+    assert output_layer.weight().qscheme() == torch.per_channel_affine
     bf16 = Translator.load(model, device="cpu", precision="bf16")
     assert bf16.precision.name == "bf16" and bf16.precision.why.startswith("precision: bf16 (asked")
     assert Translator.load(model, device="cpu").precision.why == "precision: fp32 (NMT_PRECISION=fp32)"

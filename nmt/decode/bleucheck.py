@@ -1,7 +1,8 @@
 """A model's BLEU check (`nmt.model.precision.BleuCheck`): one set decoded and scored in each
 precision this CPU runs (`nmt precision`, `nmt release`), kept beside the file that holds the
 weights (`best.pt` -> `best.pt.bleu-check.json`), so `auto` may decode that model in int8
-wherever it is loaded.
+wherever it is loaded and int8 quantises as it did there (`nmt.machine.int8_scheme`: a CPU whose
+int8 kernels take 8-bit activations and one whose kernels take 7 each need a check of their own).
 
 The record names the weights by their sha256, the layers int8 replaced and how it quantised them
 (`nmt.machine.int8_scheme`): a check of other weights (best.pt replaced by a later checkpoint,

@@ -43,10 +43,8 @@ def quantize_int8(model: Seq2Seq, device: torch.device, engine: str | None = Non
             owner_name, name = dotted.split(".")
             owner = getattr(model, owner_name)
             if hasattr(owner, name):
-                layer = getattr(owner, name)
-                int8 = (
-                    _int8_lstm if isinstance(layer, nn.LSTM) else Int8Linear
-                )  # (a layer's dropout is for training)
+                layer = getattr(owner, name)  # (a layer's dropout, if any, is for training only)
+                int8 = _int8_lstm if isinstance(layer, nn.LSTM) else Int8Linear
                 setattr(owner, name, int8(layer, reduce_range))
     model.decoder.quantized = True
     return model
@@ -65,9 +63,11 @@ class Int8Linear(nnqd.Linear):
         return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, self.reduce_range)
 
 
-def _int8_lstm(layer: nn.LSTM, reduce_range: bool) -> nn.Module:
+def _int8_lstm(layer: nn.LSTM, reduce_range: bool) -> nnqd.LSTM:
     """An int8 copy of an LSTM: torch's module, each layer's and direction's products packed
-    again with `int8_weight` and activations of the machine's bits (torch's take 7)."""
+    again with `int8_weight` and activations of the machine's bits (torch's take 7). torch builds
+    its module only from a float one, packing each weight with one scale on the way: a few ms of
+    a model's load, thrown away here."""
     layer.qconfig = default_dynamic_qconfig
     int8 = nnqd.LSTM.from_float(layer)
     cells = []

@@ -142,7 +142,7 @@ def score_release(directory: Path, files: tuple[Path, Path], device: str) -> Tes
 def check_release(directory: Path, files: tuple[Path, Path], beam: int) -> BleuCheck:
     """The release's BLEU check on the test set (`nmt.decode.bleucheck`), beside its weights and
     outside the manifest (`nmt precision` may write it again), so `auto` may take int8 for it
-    wherever it is served."""
+    wherever it is served on a CPU whose int8 quantises as this one's (`nmt.machine.int8_scheme`)."""
     from nmt.decode.bleucheck import check_model
 
     src_lines, refs = read_lines(files[0]), read_lines(files[1])

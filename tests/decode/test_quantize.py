@@ -64,6 +64,29 @@ def test_activations_take_8_bits_only_where_the_kernels_sum_them_exactly():
     assert machine.int8_line().startswith(f"int8: a scale a weight row, {machine.int8_activation_bits()}-bit")
 
 
+def test_an_int8_lstm_keeps_each_layers_and_directions_weights_a_scale_a_row():
+    """Every weight of every layer and direction, int8 with its rows' own scales, in torch's
+    order; the biases as they were."""
+    layer = nn.LSTM(32, 48, num_layers=2, bidirectional=True, batch_first=True)
+    with torch.no_grad():  # each weight its own size, rows 100x apart: a swap or one scale shows
+        for n, (name, weight) in enumerate(layer.named_parameters()):
+            weight.mul_(n + 1)
+            if name.startswith("weight"):
+                weight[::2] /= 100
+    int8 = quantize._int8_lstm(layer, reduce_range=True)
+    weights, biases = int8.get_weight(), int8.get_bias()
+    assert sorted(weights) == sorted(
+        name for name, _ in layer.named_parameters() if name.startswith("weight")
+    )
+    for name, quantized in weights.items():
+        fp32 = getattr(layer, name).detach()
+        assert quantized.qscheme() == torch.per_channel_affine
+        assert ((quantized.dequantize() - fp32).abs().amax(1) <= fp32.abs().amax(1) / 254 * 1.0001).all()
+    assert sorted(biases) == sorted(name for name, _ in layer.named_parameters() if name.startswith("bias"))
+    for name, bias in biases.items():
+        assert torch.equal(bias, getattr(layer, name).detach())
+
+
 def lstm_error(layer: nn.LSTM, x: torch.Tensor, reduce_range: bool) -> float:
     int8 = quantize._int8_lstm(layer, reduce_range)
     return float((int8(x)[0] - layer(x)[0]).abs().mean())
