@@ -36,7 +36,15 @@ import torch
 from torch import nn
 
 from nmt.errors import NMTError
-from nmt.machine import INT8_ENGINES, int8_engines, int8_kernels, int8_product, machine_key, milliseconds
+from nmt.machine import (
+    INT8_ENGINES,
+    int8_engines,
+    int8_kernels,
+    int8_product,
+    int8_scheme,
+    machine_key,
+    milliseconds,
+)
 from nmt.measured import SHAPE, Entry, MeasuredFile
 from nmt.model import linear
 
@@ -156,6 +164,13 @@ def time_engines(rows: int, out: int, inner: int) -> dict[str, float]:
         return {engine: milliseconds(int8_product(x, weight, engine), REPEATS) for engine in INT8_ENGINES}
 
 
+def timed_on(cache: MeasuredFile) -> str:
+    """The machine `cache`'s timings hold for; int8's with how int8 quantises here
+    (`int8_scheme`), so timings of another scheme (an earlier nmt's, or kernels held to another
+    instruction set, whose activations take 7 bits) are taken again."""
+    return machine_key() if cache is CACHE else f"{machine_key()} | int8: {int8_scheme()}"
+
+
 def measured(
     shapes: list[tuple[int, int, int]],
     cache: MeasuredFile,
@@ -166,7 +181,8 @@ def measured(
     measured now by `timer` (and cached), and the line saying the cache was ignored ('' if
     not). The first choice is the reference the other is kept against, where `margin` times
     faster."""
-    cached, note = cache.entries(machine_key())
+    where = timed_on(cache)
+    cached, note = cache.entries(where)
     reference, other = cache.choices
     totals = dict.fromkeys(cache.choices, 0.0)
     for shape in shapes:
@@ -174,7 +190,7 @@ def measured(
         if key not in cached:
             timings = timer(*shape)
             faster = other if timings[other] * margin <= timings[reference] else reference
-            cached[key] = cache.save(machine_key(), key, Entry(faster, timings))
+            cached[key] = cache.save(where, key, Entry(faster, timings))
         for name in totals:
             totals[name] += cached[key].ms[name]
     return totals, note
@@ -321,7 +337,7 @@ def report() -> str:
         (ENGINE_CACHE, "int8 first chose its kernels"),
     )
     for cache, use in uses:
-        entries, note = cache.by_shape(machine_key())
+        entries, note = cache.by_shape(timed_on(cache))
         if note or not entries:
             lines += [note] if note else []
             continue

@@ -200,6 +200,29 @@ def test_int8_is_weighed_against_the_precision_auto_would_otherwise_take(monkeyp
     assert faster.engine == "fbgemm" and "on fbgemm's kernels (oneDNN's ran its products 1.00x" in faster.why
 
 
+def test_int8_timings_of_another_int8_scheme_are_taken_again(monkeypatch):
+    """int8.json and int8-engines.json hold for the machine's int8 scheme: an earlier nmt's (one
+    scale a weight), or this CPU's kernels held to AVX2 (7-bit activations), is timed anew."""
+    monkeypatch.setattr(precision, "time_precisions", timed(3.0, []))
+    timed_int8, timed_engines = [], []
+    monkeypatch.setattr(precision, "time_int8", lambda *shape: timed_int8.append(shape) or {"fp32": 3.0, "int8": 1.0})
+    monkeypatch.setattr(precision, "time_engines", engines_at(1.0, timed_engines))
+    cpu, check = torch.device("cpu"), precision.BleuCheck({"fp32": 30.0, "int8": 30.0}, "a set")
+    precision.choose("auto", Int8Model(), cpu, check=check)
+    first = len(timed_int8), len(timed_engines)
+    assert first[0] == 4 and first[1] in (0, 4)  # engines timed where torch has both
+    precision.choose("auto", Int8Model(), cpu, check=check)
+    assert (len(timed_int8), len(timed_engines)) == first  # cached
+
+    monkeypatch.setattr(precision, "int8_scheme", lambda: "a scale a weight row, 7-bit activations")
+    precision.choose("auto", Int8Model(), cpu, check=check)
+    assert (len(timed_int8), len(timed_engines)) == (2 * first[0], 2 * first[1])
+    assert precision.timed_on(precision.INT8_CACHE).endswith("| int8: a scale a weight row, 7-bit activations")
+    assert precision.timed_on(precision.CACHE) == precision.machine_key()  # bf16's hold still
+    stored = json.loads(precision.INT8_CACHE.path.read_text())
+    assert len(stored) == 2 and "64 x 50 x 8" in precision.report().split("auto first weighed int8")[1]
+
+
 def engines_at(onednn_ratio: float, calls: list | None = None):
     """A timer of the int8 engines: oneDNN's kernels `onednn_ratio` times as fast as fbgemm's."""
     record = [] if calls is None else calls
@@ -217,7 +240,7 @@ def test_int8_runs_on_the_engine_that_ran_its_products_faster_measured_once_and_
         "precision: int8 (asked), on fbgemm's kernels (oneDNN's ran its products 1.05x as fast" in close.why
     )
     assert calls == precision.product_shapes(Int8Model(), precision.INT8_LAYERS)
-    cached = json.loads(precision.ENGINE_CACHE.path.read_text())[precision.machine_key()]
+    cached = json.loads(precision.ENGINE_CACHE.path.read_text())[precision.timed_on(precision.ENGINE_CACHE)]
     assert cached["64 x 50 x 8"] == {"choice": "fbgemm", "ms": {"fbgemm": 1.05, "onednn": 1.0}}
     assert precision.choose("int8", Int8Model(), cpu).engine == "fbgemm" and len(calls) == 4  # cached
     assert "int8 first chose its kernels" in precision.report()
