@@ -205,7 +205,8 @@ def test_int8_timings_of_another_int8_scheme_are_taken_again(monkeypatch):
     scale a weight), or this CPU's kernels held to AVX2 (7-bit activations), is timed anew."""
     monkeypatch.setattr(precision, "time_precisions", timed(3.0, []))
     timed_int8, timed_engines = [], []
-    monkeypatch.setattr(precision, "time_int8", lambda *shape: timed_int8.append(shape) or {"fp32": 3.0, "int8": 1.0})
+    int8_at_a_third = lambda *shape: timed_int8.append(shape) or {"fp32": 3.0, "int8": 1.0}  # noqa: E731
+    monkeypatch.setattr(precision, "time_int8", int8_at_a_third)
     monkeypatch.setattr(precision, "time_engines", engines_at(1.0, timed_engines))
     cpu, check = torch.device("cpu"), precision.BleuCheck({"fp32": 30.0, "int8": 30.0}, "a set")
     precision.choose("auto", Int8Model(), cpu, check=check)
@@ -217,7 +218,8 @@ def test_int8_timings_of_another_int8_scheme_are_taken_again(monkeypatch):
     monkeypatch.setattr(precision, "int8_scheme", lambda: "a scale a weight row, 7-bit activations")
     precision.choose("auto", Int8Model(), cpu, check=check)
     assert (len(timed_int8), len(timed_engines)) == (2 * first[0], 2 * first[1])
-    assert precision.timed_on(precision.INT8_CACHE).endswith("| int8: a scale a weight row, 7-bit activations")
+    seven_bits = "| int8: a scale a weight row, 7-bit activations"
+    assert precision.timed_on(precision.INT8_CACHE).endswith(seven_bits)
     assert precision.timed_on(precision.CACHE) == precision.machine_key()  # bf16's hold still
     stored = json.loads(precision.INT8_CACHE.path.read_text())
     assert len(stored) == 2 and "64 x 50 x 8" in precision.report().split("auto first weighed int8")[1]
