@@ -44,16 +44,22 @@ def machine_key() -> str:
     return f"{cpu_name()} | torch {torch.__version__} {capability} | {torch.get_num_threads()} threads"
 
 
-def milliseconds(product: Callable[[], torch.Tensor], repeats: int, warm_up: int = 3) -> float:
-    """The median time of `product`, after `warm_up` calls that compile and warm it."""
+def milliseconds(calls: dict[str, Callable[[], object]], repeats: int, warm_up: int = 3) -> dict[str, float]:
+    """Each call's median time in ms over `repeats` rounds after `warm_up` rounds that compile and
+    warm them, the calls taken in turn within a round: a stall of the machine (a neighbour on the
+    host) then slows every candidate alike, where timing one candidate's calls after the other's
+    let it decide a cached choice alone (fbgemm's int8 product once timed 8 ms there against
+    oneDNN's 0.74, both 0.7 ms again a minute later; docs/notes/performance-history.md, 23.18)."""
     for _ in range(warm_up):
-        product()
-    times = []
+        for call in calls.values():
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        product()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
 
 
 def yardstick(repeats: int = REPEATS) -> dict[str, float]:
@@ -77,7 +83,7 @@ def yardstick(repeats: int = REPEATS) -> dict[str, float]:
     for engine in int8_engines():
         products[f"int8 {INT8_ENGINES[engine]}"] = int8_product(x, weight, engine)
     with torch.inference_mode():
-        return {name: milliseconds(product, repeats) for name, product in products.items()}
+        return milliseconds(products, repeats)
 
 
 @functools.cache

@@ -66,3 +66,23 @@ def test_training_waits_passively_unless_the_user_chose(monkeypatch):
         except SystemExit as stop:
             assert stop.code in (0, None)
         assert machine.os.environ.get("OMP_WAIT_POLICY") == expected
+
+
+def test_timed_calls_take_turns_so_a_stall_slows_every_candidate_alike(monkeypatch):
+    """A stall over 8 calls after the warm-up slows 4 of each candidate's 10, not 8 of the first
+    one's: the medians stay each call's own time (timed one candidate after the other, fbgemm's
+    would have been the stall's 8 ms, and the cached choice oneDNN's)."""
+    clock, order = [0.0], []
+    monkeypatch.setattr(machine.time, "perf_counter", lambda: clock[0])
+
+    def call(name: str, ms: float):
+        def run():
+            order.append(name)
+            stalled = 6 <= len(order) < 14  # three warm-up rounds of two calls, then the stall
+            clock[0] += (8.0 if stalled else ms) / 1e3
+
+        return run
+
+    times = machine.milliseconds({"fbgemm": call("fbgemm", 0.70), "onednn": call("onednn", 0.74)}, repeats=10)
+    assert order[:4] == ["fbgemm", "onednn", "fbgemm", "onednn"] and len(order) == 26
+    assert times == pytest.approx({"fbgemm": 0.70, "onednn": 0.74})

@@ -130,12 +130,11 @@ def time_precisions(rows: int, out: int, inner: int) -> dict[str, float]:
         name: torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype)) for name, dtype in DTYPES.items()
     }
     with torch.inference_mode():
-        return {
-            name: milliseconds(
-                lambda dtype=dtype, w=packed[name]: linear._onednn(x, w, None, dtype, packed=True), REPEATS
-            )
+        calls = {
+            name: lambda dtype=dtype, w=packed[name]: linear._onednn(x, w, None, dtype, packed=True)
             for name, dtype in DTYPES.items()
         }
+        return milliseconds(calls, REPEATS)
 
 
 def _fp32_product(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -151,17 +150,14 @@ def time_int8(rows: int, out: int, inner: int) -> dict[str, float]:
     torch's quantised engine as set (`nmt.machine.int8_product`), ms."""
     x, weight = _inputs(rows, out, inner)
     with torch.inference_mode():
-        return {
-            "fp32": milliseconds(_fp32_product(x, weight), REPEATS),
-            "int8": milliseconds(int8_product(x, weight), REPEATS),
-        }
+        return milliseconds({"fp32": _fp32_product(x, weight), "int8": int8_product(x, weight)}, REPEATS)
 
 
 def time_engines(rows: int, out: int, inner: int) -> dict[str, float]:
     """One int8 product of that shape on each of `INT8_ENGINES`' kernels, ms."""
     x, weight = _inputs(rows, out, inner)
     with torch.inference_mode():
-        return {engine: milliseconds(int8_product(x, weight, engine), REPEATS) for engine in INT8_ENGINES}
+        return milliseconds({engine: int8_product(x, weight, engine) for engine in INT8_ENGINES}, REPEATS)
 
 
 def timed_on(cache: MeasuredFile) -> str:

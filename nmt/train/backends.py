@@ -104,7 +104,7 @@ def time_backends(rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) 
     """The product `kind` of that shape through each backend, ms (median of `REPEATS`)."""
     with torch.no_grad():
         calls = PRODUCTS[kind](rows, out, inner, torch.Generator().manual_seed(0))
-        return {name: milliseconds(call, REPEATS, warm_up=1) for name, call in calls.items()}
+        return milliseconds(calls, REPEATS, warm_up=1)
 
 
 class BackendChoices:
