@@ -9,6 +9,7 @@ the docs names its machine by this product's time.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import statistics
@@ -24,6 +25,7 @@ from torch import Tensor
 
 YARDSTICK = (64, 512, 8000)  # a decoder step's output layer: rows x inner x vocabulary
 REPEATS = 30  # timed calls of each product; the median is reported
+BLOCK = 2  # timed calls a candidate makes in a row when `milliseconds` compares several
 INT8_ENGINES = {"fbgemm": "fbgemm", "onednn": "oneDNN"}  # torch's int8 kernels on x86, as named to people
 
 
@@ -45,20 +47,24 @@ def machine_key() -> str:
 
 
 def milliseconds(calls: dict[str, Callable[[], object]], repeats: int, warm_up: int = 3) -> dict[str, float]:
-    """Each call's median time in ms over `repeats` rounds after `warm_up` rounds that compile and
-    warm them, the calls taken in turn within a round: a stall of the machine (a neighbour on the
-    host) then slows every candidate alike, where timing one candidate's calls after the other's
-    let it decide a cached choice alone (fbgemm's int8 product once timed 8 ms there against
-    oneDNN's 0.74, both 0.7 ms again a minute later; docs/notes/performance-history.md, 23.18)."""
+    """Each call's median time in ms over `repeats` timed calls, after `warm_up` rounds that
+    compile and warm them. The candidates take turns, `BLOCK` timed calls at a time, each block
+    after an untimed call that brings its weights back into the caches the others' calls took: a
+    stall of the machine (a neighbour on the host) then slows every candidate alike, where timing
+    one candidate's calls after the other's let it decide a cached choice alone (fbgemm's int8
+    product once timed 8 ms against oneDNN's 0.74, both 0.7 a minute later;
+    docs/notes/performance-history.md, 23.18)."""
     for _ in range(warm_up):
         for call in calls.values():
             call()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
+    for _ in range(math.ceil(repeats / BLOCK)):
         for name, call in calls.items():
-            start = time.perf_counter()
             call()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(BLOCK):
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
     return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
 
 

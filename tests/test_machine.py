@@ -69,9 +69,10 @@ def test_training_waits_passively_unless_the_user_chose(monkeypatch):
 
 
 def test_timed_calls_take_turns_so_a_stall_slows_every_candidate_alike(monkeypatch):
-    """A stall over 8 calls after the warm-up slows 4 of each candidate's 10, not 8 of the first
-    one's: the medians stay each call's own time (timed one candidate after the other, fbgemm's
-    would have been the stall's 8 ms, and the cached choice oneDNN's)."""
+    """A stall over 8 calls after the warm-up slows 3 of one candidate's 10 timed calls and 2 of
+    the other's, not 7 of the first one's: the medians stay each call's own time (timed one
+    candidate after the other, fbgemm's would have been the stall's 8 ms, and the cached choice
+    oneDNN's). Each block of timed calls follows an untimed one that warms the caches."""
     clock, order = [0.0], []
     monkeypatch.setattr(machine.time, "perf_counter", lambda: clock[0])
 
@@ -84,5 +85,6 @@ def test_timed_calls_take_turns_so_a_stall_slows_every_candidate_alike(monkeypat
         return run
 
     times = machine.milliseconds({"fbgemm": call("fbgemm", 0.70), "onednn": call("onednn", 0.74)}, repeats=10)
-    assert order[:4] == ["fbgemm", "onednn", "fbgemm", "onednn"] and len(order) == 26
+    in_turn = ["fbgemm", "onednn"] * 3 + ["fbgemm"] * 3 + ["onednn"] * 3  # warm-up, then blocks
+    assert order[:12] == in_turn and len(order) == 6 + 10 // machine.BLOCK * 2 * (1 + machine.BLOCK)
     assert times == pytest.approx({"fbgemm": 0.70, "onednn": 0.74})
