@@ -30,7 +30,7 @@ from nmt.model import linear
 
 FORCED = "NMT_WEIGHT_GRADIENT"
 DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
-REPEATS = 3  # timed calls of each backend for a new shape (after one that warms it up)
+REPEATS = 4  # timed calls of each backend for a new shape, two at a time after one that warms it up
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
 WEIGHT_GRADIENT, LOGITS, INPUT_GRADIENT = "weight gradient", "logits", "input gradient"
 OUTPUT_KINDS = (LOGITS, INPUT_GRADIENT)  # the output layer's products, named in their keys
@@ -104,7 +104,7 @@ def time_backends(rows: int, out: int, inner: int, kind: str = WEIGHT_GRADIENT) 
     """The product `kind` of that shape through each backend, ms (median of `REPEATS`)."""
     with torch.no_grad():
         calls = PRODUCTS[kind](rows, out, inner, torch.Generator().manual_seed(0))
-        return milliseconds(calls, REPEATS, warm_up=1)
+        return milliseconds(calls, REPEATS, warm_up=0)
 
 
 class BackendChoices:
