@@ -46,10 +46,10 @@ def machine_key() -> str:
     return f"{cpu_name()} | torch {torch.__version__} {capability} | {torch.get_num_threads()} threads"
 
 
-def milliseconds(calls: dict[str, Callable[[], object]], repeats: int, warm_up: int = 3) -> dict[str, float]:
+def milliseconds(calls: dict[str, Callable[[], object]], repeats: int, warm_up: int = 1) -> dict[str, float]:
     """Each call's median time in ms over `repeats` timed calls, after `warm_up` rounds that
-    compile and warm them. The candidates take turns, `BLOCK` timed calls at a time, each block
-    after an untimed call that brings its weights back into the caches the others' calls took: a
+    compile them. The candidates take turns, `BLOCK` timed calls at a time, each block after an
+    untimed call that brings its weights back into the caches the others' calls took: a
     stall of the machine (a neighbour on the host) then slows every candidate alike, where timing
     one candidate's calls after the other's let it decide a cached choice alone (fbgemm's int8
     product once timed 8 ms against oneDNN's 0.74, both 0.7 a minute later;
@@ -61,7 +61,7 @@ def milliseconds(calls: dict[str, Callable[[], object]], repeats: int, warm_up: 
     for _ in range(math.ceil(repeats / BLOCK)):
         for name, call in calls.items():
             call()
-            for _ in range(BLOCK):
+            for _ in range(min(BLOCK, repeats - len(times[name]))):
                 start = time.perf_counter()
                 call()
                 times[name].append(time.perf_counter() - start)

@@ -70,21 +70,29 @@ def test_training_waits_passively_unless_the_user_chose(monkeypatch):
 
 def test_timed_calls_take_turns_so_a_stall_slows_every_candidate_alike(monkeypatch):
     """A stall over 8 calls after the warm-up slows 3 of one candidate's 10 timed calls and 2 of
-    the other's, not 7 of the first one's: the medians stay each call's own time (timed one
-    candidate after the other, fbgemm's would have been the stall's 8 ms, and the cached choice
-    oneDNN's). Each block of timed calls follows an untimed one that warms the caches."""
+    the other's: the medians stay each call's own time (timed one candidate after the other,
+    half of fbgemm's would have been the stall's 8 ms, and the cached choice oneDNN's). Each
+    block of timed calls follows an untimed one that warms the caches."""
     clock, order = [0.0], []
     monkeypatch.setattr(machine.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(machine, "BLOCK", 2)
 
     def call(name: str, ms: float):
         def run():
             order.append(name)
-            stalled = 6 <= len(order) < 14  # three warm-up rounds of two calls, then the stall
+            stalled = 2 < len(order) <= 10  # after a warm-up round of two calls
             clock[0] += (8.0 if stalled else ms) / 1e3
 
         return run
 
     times = machine.milliseconds({"fbgemm": call("fbgemm", 0.70), "onednn": call("onednn", 0.74)}, repeats=10)
-    in_turn = ["fbgemm", "onednn"] * 3 + ["fbgemm"] * 3 + ["onednn"] * 3  # warm-up, then blocks
-    assert order[:12] == in_turn and len(order) == 6 + 10 // machine.BLOCK * 2 * (1 + machine.BLOCK)
+    in_turn = ["fbgemm", "onednn"] + ["fbgemm"] * 3 + ["onednn"] * 3  # warm-up, then blocks
+    assert order[:8] == in_turn and len(order) == 2 + 5 * 2 * 3
     assert times == pytest.approx({"fbgemm": 0.70, "onednn": 0.74})
+
+
+def test_an_odd_number_of_timed_calls_is_kept(monkeypatch):
+    counts = {"a": 0, "b": 0}
+    calls = {name: (lambda name=name: counts.__setitem__(name, counts[name] + 1)) for name in counts}
+    machine.milliseconds(calls, repeats=5, warm_up=0)
+    assert counts == {"a": 5 + 3, "b": 5 + 3}  # five timed, one untimed before each of three blocks

@@ -52,7 +52,7 @@ DECODING = ("auto", "fp32", "bf16", "int8")
 TRAINING = ("auto", "fp32", "bf16")
 SPEED_UP = 1.5  # bf16 chosen by `auto` only where the products run at least this much faster
 ROWS = 64  # rows a product is timed at: a decoding batch's step, a training step's cell
-REPEATS = 10  # timed calls of each precision (after three that warm it up)
+REPEATS = 10  # timed calls of each precision, in turn with the other's (`nmt.machine.milliseconds`)
 CACHE = MeasuredFile("precision.json", ("fp32", "bf16"), SHAPE)
 INT8_CACHE = MeasuredFile("int8.json", ("fp32", "int8"), SHAPE)
 ENGINE_CACHE = MeasuredFile("int8-engines.json", tuple(INT8_ENGINES), SHAPE)
@@ -164,7 +164,9 @@ def timed_on(cache: MeasuredFile) -> str:
     """The machine `cache`'s timings hold for; int8's with how int8 quantises here
     (`int8_scheme`), so timings of another scheme (an earlier nmt's, or kernels held to another
     instruction set, whose activations take 7 bits) are taken again."""
-    return machine_key() if cache is CACHE else f"{machine_key()} | int8: {int8_scheme()}"
+    if cache in (INT8_CACHE, ENGINE_CACHE):
+        return f"{machine_key()} | int8: {int8_scheme()}"
+    return machine_key()
 
 
 def measured(

@@ -30,7 +30,7 @@ from nmt.model import linear
 
 FORCED = "NMT_WEIGHT_GRADIENT"
 DEFAULT = "onednn"  # what every weight gradient ran on before this module, and runs on unless beaten
-REPEATS = 4  # timed calls of each backend for a new shape, two at a time after one that warms it up
+REPEATS = 4  # timed calls of each backend for a new shape, in turn with the others' (`milliseconds`)
 MARGIN = 0.9  # another backend is chosen only at under 90% of the default's time: no coin flips cached
 WEIGHT_GRADIENT, LOGITS, INPUT_GRADIENT = "weight gradient", "logits", "input gradient"
 OUTPUT_KINDS = (LOGITS, INPUT_GRADIENT)  # the output layer's products, named in their keys
