@@ -92,6 +92,7 @@ def test_timed_calls_take_turns_so_a_stall_slows_every_candidate_alike(monkeypat
 
 
 def test_an_odd_number_of_timed_calls_is_kept(monkeypatch):
+    monkeypatch.setattr(machine, "BLOCK", 2)
     counts = {"a": 0, "b": 0}
     calls = {name: (lambda name=name: counts.__setitem__(name, counts[name] + 1)) for name in counts}
     machine.milliseconds(calls, repeats=5, warm_up=0)
