@@ -148,21 +148,22 @@ def int8_activation_bits() -> int:
     wrote them to 94.6% (bf16: 95.0%; docs/notes/performance-history.md, 23.17)."""
     x, weight = torch.ones(4, 256), torch.ones(64, 256)  # u8 255 x s8 127, in pairs: 64,770 > 32,767
     for engine in int8_engines() or [None]:
-        with int8_kernels(engine):
-            try:
-                packed = torch.ops.quantized.linear_prepack(int8_weight(weight), None)
-                exact = abs(float(torch.ops.quantized.linear_dynamic(x, packed, False)[0, 0]) - 256) <= 1
-            except RuntimeError:  # a build without int8 kernels (its engine "none"): int8 cannot run
-                return 7
-            if not exact:
-                return 7
+        try:
+            exact = abs(float(int8_product(x, weight, engine, bits=8)()[0, 0]) - 256) <= 1
+        except RuntimeError:  # a build without int8 kernels (its engine "none"): int8 cannot run
+            return 7
+        if not exact:
+            return 7
     return 8
 
 
-def int8_product(x: torch.Tensor, weight: torch.Tensor, engine: str | None = None) -> Callable[[], Tensor]:
+def int8_product(
+    x: torch.Tensor, weight: torch.Tensor, engine: str | None = None, bits: int | None = None
+) -> Callable[[], Tensor]:
     """`x @ weight.T` as int8 decoding runs it: the weight int8 (`int8_weight`) and packed for
-    `engine`'s kernels, the input quantised on the fly (`int8_activation_bits`), a float result."""
-    reduce_range = int8_activation_bits() < 8
+    `engine`'s kernels, the input quantised on the fly to `bits` (None: `int8_activation_bits`), a
+    float result."""
+    reduce_range = (bits or int8_activation_bits()) < 8
     with int8_kernels(engine):
         packed = torch.ops.quantized.linear_prepack(int8_weight(weight), None)
     return lambda: torch.ops.quantized.linear_dynamic(x, packed, reduce_range)
